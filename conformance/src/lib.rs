@@ -2,3 +2,4 @@
 //! runner that checks `homa-core` against them. See `README.md` for the file format.
 
 pub mod fields;
+pub mod vectors;
