@@ -7,7 +7,25 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(test)]
 extern crate alloc;
 
+pub mod config;
+mod endpoint;
+pub mod error;
+pub mod metrics;
+mod msg;
+mod peer;
+mod rpc;
+mod sched;
+#[cfg(feature = "testnet")]
+pub mod testnet;
+pub mod time;
+mod timer;
 pub mod wire;
+
+pub use config::{Config, ConfigError};
+pub use endpoint::{Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, ServerRpc, Transmit};
+pub use error::ApiError;
+pub use metrics::Metrics;
+pub use msg::Payload;
+pub use time::Instant;

@@ -1,0 +1,1125 @@
+//! [`Endpoint`]: one host's Homa stack as a state machine, and its driving contract.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::net::SocketAddr;
+
+use crate::config::{Config, ConfigError, ETH_OVERHEAD};
+use crate::error::ApiError;
+use crate::metrics::{Metrics, type_index};
+use crate::msg::Payload;
+use crate::msg::incoming::{InMessage, Rejected};
+use crate::msg::outgoing::OutMessage;
+use crate::peer::{PeerId, PeerTable};
+use crate::rpc::{Hasher, Rpc, RpcRef, RpcTable, State, TimerState};
+use crate::sched::grant::{GrantCx, Grants};
+use crate::sched::tx::{Control, ControlBody, TxKey, TxQueues};
+use crate::time::{Instant, NANOS_PER_USEC};
+use crate::timer::TimerQueue;
+use crate::wire::{self, Ack, Body, MAX_ACKS, MAX_MESSAGE_LENGTH, PacketType, data, header};
+
+/// Lowest ephemeral (client-only) port; server ports are below it.
+pub const MIN_EPHEMERAL_PORT: u16 = 0x8000;
+
+/// A packet `poll_transmit` wrote into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it (the transport's address of the peer).
+    pub to: SocketAddr,
+    /// Bytes written at the start of the buffer.
+    pub len: usize,
+    /// Priority level 0..=7; the transport sets IPv4 TOS / IPv6 traffic class to
+    /// [`wire::tos_for_priority`] of it.
+    pub priority: u8,
+}
+
+/// A request a server received: the handle to answer it with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ServerRpc {
+    /// The client's transport address.
+    pub client: SocketAddr,
+    /// The server's id for the RPC (odd; the client's id with bit 0 set).
+    pub id: u64,
+}
+
+/// Why an RPC failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailReason {
+    /// The peer was silent for `timeout_ticks`.
+    Timeout,
+    /// The transport reported the peer or its port unreachable (`handle_unreachable`).
+    Unreachable,
+    /// The local port was unbound while the RPC was pending.
+    PortClosed,
+}
+
+/// Something the application must learn about. Every value is plain owned data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A complete request arrived on a bound port; answer with
+    /// [`Endpoint::send_response`].
+    RequestReceived {
+        rpc: ServerRpc,
+        /// The local port it arrived on.
+        port: u16,
+        /// The client's Homa port.
+        client_port: u16,
+        message: Vec<u8>,
+    },
+    /// The response to a request from [`Endpoint::send_request`] arrived.
+    ResponseReceived { id: u64, cookie: u64, message: Vec<u8> },
+    /// A request from [`Endpoint::send_request`] will never get a response.
+    RpcFailed { id: u64, cookie: u64, reason: FailReason },
+}
+
+/// One host's Homa stack: bound ports, peers, RPCs, the receiver's grant scheduler and the
+/// sender's SRPT queue and pacer. See the crate documentation for how to drive it.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: Config,
+    max_payload: u32,
+    now: Instant,
+    /// Bit per port: bound (server ports) or taken (ephemeral ports).
+    ports: Vec<u64>,
+    next_ephemeral: u16,
+    next_client_id: u64,
+    /// Arrival order for messages (SRPT ties, FIFO choices).
+    next_birth: u64,
+    rpcs: RpcTable,
+    peers: PeerTable,
+    grants: Grants,
+    tx: TxQueues,
+    timers: TimerQueue,
+    events: VecDeque<Event>,
+    metrics: Metrics,
+    rx_bytes: u64,
+    tx_bytes: u64,
+}
+
+impl Endpoint {
+    /// An endpoint with no ports bound. Fails if the configuration is invalid.
+    pub fn new(config: Config) -> Result<Endpoint, ConfigError> {
+        config.validate()?;
+        let hasher = Hasher::with_seed(config.seed);
+        Ok(Endpoint {
+            max_payload: config.max_payload(),
+            now: 0,
+            ports: alloc::vec![0; 65536 / 64],
+            next_ephemeral: MIN_EPHEMERAL_PORT,
+            next_client_id: 2,
+            next_birth: 0,
+            rpcs: RpcTable::new(hasher.clone()),
+            peers: PeerTable::new(config.max_peers, hasher),
+            grants: Grants::new(&config),
+            tx: TxQueues::new(
+                u64::from(config.max_nic_est_backlog_usecs) * NANOS_PER_USEC,
+                config.pacer_fifo_fraction,
+            ),
+            timers: TimerQueue::default(),
+            events: VecDeque::new(),
+            metrics: Metrics::default(),
+            rx_bytes: 0,
+            tx_bytes: 0,
+            config,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    // ------------------------------------------------------------------ ports
+
+    fn port_taken(&self, port: u16) -> bool {
+        self.ports[usize::from(port) / 64] & (1 << (port % 64)) != 0
+    }
+
+    fn set_port(&mut self, port: u16, taken: bool) {
+        let word = &mut self.ports[usize::from(port) / 64];
+        if taken {
+            *word |= 1 << (port % 64);
+        } else {
+            *word &= !(1 << (port % 64));
+        }
+    }
+
+    /// Binds a server port (1..=32767): requests addressed to it are accepted.
+    pub fn bind(&mut self, port: u16) -> Result<(), ApiError> {
+        if port == 0 || port >= MIN_EPHEMERAL_PORT {
+            return Err(ApiError::InvalidPort(port));
+        }
+        if self.port_taken(port) {
+            return Err(ApiError::PortInUse(port));
+        }
+        self.set_port(port, true);
+        Ok(())
+    }
+
+    /// Takes a free ephemeral port (32768..=65535), for sending requests only.
+    pub fn bind_ephemeral(&mut self) -> Result<u16, ApiError> {
+        for _ in 0..MIN_EPHEMERAL_PORT {
+            let port = self.next_ephemeral;
+            self.next_ephemeral = self.next_ephemeral.checked_add(1).unwrap_or(MIN_EPHEMERAL_PORT);
+            if !self.port_taken(port) {
+                self.set_port(port, true);
+                return Ok(port);
+            }
+        }
+        Err(ApiError::NoEphemeralPort)
+    }
+
+    /// Releases a port. Its pending client RPCs fail with [`FailReason::PortClosed`] and its
+    /// server RPCs are dropped.
+    pub fn unbind(&mut self, port: u16) -> Result<(), ApiError> {
+        if port == 0 || !self.port_taken(port) {
+            return Err(ApiError::PortNotBound(port));
+        }
+        self.set_port(port, false);
+        let doomed: Vec<RpcRef> = self
+            .rpcs
+            .refs()
+            .filter(|&r| self.rpcs.get(r).is_some_and(|x| x.local_port == port))
+            .collect();
+        for r in doomed {
+            self.fail_or_drop(r, FailReason::PortClosed);
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ API calls
+
+    /// Starts an RPC: sends `message` from local port `port` to Homa port `dest_port` at
+    /// `dest`. Returns the RPC's id (even); the response or failure arrives as an [`Event`]
+    /// carrying `cookie`.
+    pub fn send_request(
+        &mut self,
+        now: Instant,
+        port: u16,
+        dest: SocketAddr,
+        dest_port: u16,
+        message: impl Into<Payload>,
+        cookie: u64,
+    ) -> Result<u64, ApiError> {
+        self.advance(now);
+        let payload = message.into();
+        self.check_message(&payload)?;
+        if port == 0 || !self.port_taken(port) {
+            return Err(ApiError::PortNotBound(port));
+        }
+        if dest_port == 0 {
+            return Err(ApiError::InvalidPort(dest_port));
+        }
+        let peer = self.peers.get_or_insert(dest, self.now).ok_or(ApiError::TooManyPeers)?;
+        let id = self.next_client_id;
+        self.next_client_id += 2;
+        self.tx_bytes += payload.len() as u64;
+        let msgout = OutMessage::new(payload, self.config.unsched_bytes, self.birth());
+        let rpc = Rpc {
+            id,
+            peer,
+            addr: dest,
+            local_port: port,
+            remote_port: dest_port,
+            state: State::Outgoing,
+            cookie,
+            msgout: Some(msgout),
+            msgin: None,
+            timer: TimerState::default(),
+            tx_queued: false,
+            resend_queued: false,
+            grant_managed: false,
+        };
+        self.peers.get_mut(peer).rpcs += 1;
+        let r = self.rpcs.insert(rpc);
+        self.queue_tx(r);
+        self.refresh_worry(r);
+        Ok(id)
+    }
+
+    /// Sends the response to a request delivered by [`Event::RequestReceived`].
+    pub fn send_response(
+        &mut self,
+        now: Instant,
+        rpc: ServerRpc,
+        message: impl Into<Payload>,
+    ) -> Result<(), ApiError> {
+        self.advance(now);
+        let payload = message.into();
+        self.check_message(&payload)?;
+        let r = self.rpcs.find_server(rpc.client, rpc.id).ok_or(ApiError::UnknownRpc(rpc.id))?;
+        let x = self.rpcs.get_mut(r).ok_or(ApiError::UnknownRpc(rpc.id))?;
+        if x.state != State::InService {
+            return Err(ApiError::NotAwaitingResponse(rpc.id));
+        }
+        x.state = State::Outgoing;
+        self.tx_bytes += payload.len() as u64;
+        self.next_birth += 1;
+        x.msgout = Some(OutMessage::new(payload, self.config.unsched_bytes, self.next_birth));
+        self.queue_tx(r);
+        Ok(())
+    }
+
+    fn check_message(&self, payload: &Payload) -> Result<(), ApiError> {
+        if payload.is_empty() || payload.len() > MAX_MESSAGE_LENGTH as usize {
+            return Err(ApiError::MessageLength(payload.len()));
+        }
+        if self.tx_bytes + payload.len() as u64 > self.config.wmem_max {
+            return Err(ApiError::TxBufferFull);
+        }
+        Ok(())
+    }
+
+    /// Abandons a client RPC: it is forgotten without an event (the server is not told,
+    /// as with the module's `HOMAIOCABORT`).
+    pub fn abort(&mut self, id: u64) -> Result<(), ApiError> {
+        if !wire::is_client_id(id) {
+            return Err(ApiError::UnknownRpc(id));
+        }
+        let r = self.rpcs.find_client(id).ok_or(ApiError::UnknownRpc(id))?;
+        self.end_rpc(r);
+        Ok(())
+    }
+
+    /// The transport learned that `peer` (or only its Homa port `port`, for ICMP port
+    /// unreachable) cannot be reached: its client RPCs fail with
+    /// [`FailReason::Unreachable`] and its server RPCs are dropped.
+    pub fn handle_unreachable(&mut self, peer: SocketAddr, port: Option<u16>) {
+        let doomed: Vec<RpcRef> = self
+            .rpcs
+            .refs()
+            .filter(|&r| {
+                self.rpcs
+                    .get(r)
+                    .is_some_and(|x| x.addr == peer && port.is_none_or(|p| p == x.remote_port))
+            })
+            .collect();
+        for r in doomed {
+            self.fail_or_drop(r, FailReason::Unreachable);
+        }
+    }
+
+    // ------------------------------------------------------------------ outputs
+
+    /// The next thing the application must learn, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When the endpoint next needs `handle_timeout` or `poll_transmit`: a time at or before
+    /// the last `now` seen whenever a packet is ready (the pacer's next slot included).
+    /// `None` when idle. Amortised O(1).
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        if !self.tx.control.is_empty() || !self.tx.resends.is_empty() {
+            return Some(self.now);
+        }
+        let data = self.peek_sendable().map(|key| {
+            if key.bytes_left <= self.config.defer_min_bytes || self.tx.pacer.may_send(self.now) {
+                self.now
+            } else {
+                self.tx.pacer.next_slot()
+            }
+        });
+        let timer = self.timers.next_tick().map(|t| t.saturating_mul(self.config.tick()));
+        match (data, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Counters and gauges.
+    pub fn metrics(&self) -> Metrics {
+        let mut m = self.metrics.clone();
+        m.rpcs = self.rpcs.len() as u64;
+        m.active_grants = self.grants.num_active() as u64;
+        m.grantable = self.grants.num_managed() as u64;
+        m.incoming = self.grants.total_incoming();
+        m.peers = self.peers.len() as u64;
+        m.rx_bytes = self.rx_bytes;
+        m.tx_bytes = self.tx_bytes;
+        m
+    }
+
+    /// Number of RPCs alive (client and server).
+    pub fn rpc_count(&self) -> usize {
+        self.rpcs.len()
+    }
+
+    /// Writes the next packet into `buf` and says where it goes. `buf` must hold
+    /// [`Config::max_packet_len`] bytes; returns `None` when nothing may be sent now.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.advance(now);
+        if buf.len() < self.config.max_packet_len() {
+            return None;
+        }
+        if let Some(c) = self.tx.control.pop_front() {
+            return Some(self.emit_control(c, buf));
+        }
+        while let Some(&r) = self.tx.resends.front() {
+            if let Some(t) = self.emit_resend(r, buf) {
+                return Some(t);
+            }
+            self.tx.resends.pop_front();
+            if let Some(x) = self.rpcs.get_mut(r) {
+                x.resend_queued = false;
+            }
+        }
+        self.emit_new_data(buf)
+    }
+
+    fn emit_control(&mut self, c: Control, buf: &mut [u8]) -> Transmit {
+        let body = match c.body {
+            ControlBody::Grant { offset, priority } => {
+                Body::Grant(wire::grant::Repr { offset, priority })
+            }
+            ControlBody::Resend { offset, length, priority } => {
+                Body::Resend(wire::resend::Repr { offset, length, priority })
+            }
+            ControlBody::RpcUnknown => Body::RpcUnknown,
+            ControlBody::Busy => Body::Busy,
+            ControlBody::Cutoffs { cutoffs, version } => Body::Cutoffs(wire::cutoffs::Repr {
+                unsched_cutoffs: cutoffs,
+                cutoff_version: version,
+            }),
+            ControlBody::NeedAck => Body::NeedAck,
+            ControlBody::Ack { acks, count } => Body::Ack(
+                wire::ack::Repr::new(&acks[..usize::from(count)]).expect("at most MAX_ACKS acks"),
+            ),
+        };
+        let header = header::Repr::new(body.packet_type(), c.sport, c.dport, c.id);
+        let repr = wire::Repr { header, body };
+        let len = repr.emit(buf).expect("buffer holds max_packet_len >= 80 bytes");
+        self.count_out(repr.packet_type(), len);
+        Transmit { to: c.to, len, priority: self.config.num_priorities - 1 }
+    }
+
+    /// Writes the next retransmitted packet of `r`, if it has one.
+    fn emit_resend(&mut self, r: RpcRef, buf: &mut [u8]) -> Option<Transmit> {
+        let max_payload = self.max_payload;
+        let x = self.rpcs.get_mut(r)?;
+        let m = x.msgout.as_mut()?;
+        let (start, end, range) = m.next_resend(max_payload)?;
+        self.metrics.retransmitted_packets += 1;
+        self.emit_data(r, start, end, range.end, range.priority, true, buf)
+    }
+
+    /// Picks the message for the next new DATA packet (SRPT, with the FIFO share) and sends
+    /// one packet of it, if the pacer allows.
+    fn emit_new_data(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let top = self.peek_sendable()?;
+        let deferrable = top.bytes_left > self.config.defer_min_bytes;
+        if deferrable && !self.tx.pacer.may_send(self.now) {
+            return None;
+        }
+        let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };
+        let x = self.rpcs.get(key.rpc)?;
+        let m = x.msgout.as_ref()?;
+        let start = m.next_offset;
+        let end = m.packet_end(start, self.max_payload);
+        let priority = if start < m.unscheduled {
+            self.peers.get(x.peer).unsched_priority(m.length, self.config.num_priorities)
+        } else {
+            m.sched_priority
+        };
+        let incoming = m.unscheduled;
+        let t = self.emit_data(key.rpc, start, end, incoming, priority, false, buf)?;
+        self.metrics.message_bytes_out += u64::from(end - start);
+        let x = self.rpcs.get_mut(key.rpc)?;
+        let m = x.msgout.as_mut()?;
+        m.next_offset = end;
+        let fully_sent = end == m.length;
+        let bytes_left = m.bytes_left();
+        let still_sendable = m.can_send_new();
+        // The message's queue entry now has a stale key; queue it afresh if it has more to
+        // send (an entry for it still in the heap is skipped as stale).
+        x.tx_queued = false;
+        if still_sendable {
+            x.tx_queued = true;
+            self.tx.push(TxKey { bytes_left, birth: key.birth, rpc: key.rpc });
+        }
+        if fully_sent && !x.is_client() {
+            // NEED_ACK starts `request_ack_ticks` after the first tick that sees it done.
+            let done = self.now / self.config.tick() + 1;
+            x.timer.done_tick = Some(done);
+            self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
+        }
+        self.refresh_worry(key.rpc);
+        Some(t)
+    }
+
+    /// The SRPT head, after discarding stale entries. O(1) amortised.
+    fn peek_sendable(&mut self) -> Option<TxKey> {
+        while let Some(key) = self.tx.peek() {
+            let valid = self.rpcs.get(key.rpc).and_then(|x| x.msgout.as_ref().map(|m| (x, m)));
+            match valid {
+                Some((x, m)) if x.tx_queued && m.bytes_left() == key.bytes_left => {
+                    if m.can_send_new() && x.state == State::Outgoing {
+                        return Some(key);
+                    }
+                    // Waiting for grants: leave the queue until a GRANT arrives.
+                    self.tx.pop();
+                    if let Some(x) = self.rpcs.get_mut(key.rpc) {
+                        x.tx_queued = false;
+                    }
+                }
+                _ => {
+                    self.tx.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// The oldest queued message that can send now (the pacer's FIFO pick).
+    fn oldest_sendable(&self) -> Option<TxKey> {
+        self.tx
+            .queued()
+            .filter(|k| {
+                self.rpcs.get(k.rpc).is_some_and(|x| {
+                    x.tx_queued
+                        && x.state == State::Outgoing
+                        && x.msgout
+                            .as_ref()
+                            .is_some_and(|m| m.bytes_left() == k.bytes_left && m.can_send_new())
+                })
+            })
+            .min_by_key(|k| (k.birth, k.rpc))
+    }
+
+    /// Writes one DATA packet for bytes [start, end) of `r`'s outgoing message.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_data(
+        &mut self,
+        r: RpcRef,
+        start: u32,
+        end: u32,
+        incoming: u32,
+        priority: u8,
+        retransmit: bool,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let x = self.rpcs.get(r)?;
+        let m = x.msgout.as_ref()?;
+        let peer = self.peers.get_mut(x.peer);
+        let mut acks = [Ack::NONE; MAX_ACKS];
+        let ack = if peer.take_acks(1, &mut acks) == 1 { acks[0] } else { Ack::NONE };
+        let payload = &m.payload.as_slice()[start as usize..end as usize];
+        let len = data::HEADER_LEN + payload.len();
+        let out = &mut buf[..len];
+        let mut header = header::Repr::new(PacketType::Data, x.local_port, x.remote_port, x.id);
+        header.sequence = start;
+        header.emit(PacketType::Data, &mut header::Packet::new_unchecked(&mut *out));
+        let fields = data::Repr {
+            message_length: m.length,
+            incoming,
+            ack,
+            cutoff_version: peer.cutoff_version,
+            retransmit: u8::from(retransmit),
+            pad: [0; 3],
+            seg_offset: start,
+        };
+        let mut packet = data::Packet::new_unchecked(out);
+        fields.emit(&mut packet);
+        packet.payload_mut().copy_from_slice(payload);
+        let to = x.addr;
+        let wire_bytes = (len as u32) + self.config.outer_header_bytes + ETH_OVERHEAD;
+        self.tx.pacer.record(self.now, self.config.wire_time(wire_bytes));
+        self.count_out(PacketType::Data, len);
+        Some(Transmit { to, len, priority })
+    }
+
+    fn count_out(&mut self, t: PacketType, len: usize) {
+        let i = type_index(t);
+        self.metrics.packets_out_by_type[i] += 1;
+        self.metrics.bytes_out_by_type[i] += len as u64;
+    }
+
+    // ------------------------------------------------------------------ inputs
+
+    fn advance(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+    }
+
+    /// The current timer tick: tick T begins at `T * tick`.
+    fn tick(&self) -> u64 {
+        self.now / self.config.tick()
+    }
+
+    /// Handles one received packet (the bytes from the Homa header on) from transport
+    /// address `from`. Malformed bytes return the error and change nothing but counters.
+    pub fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        bytes: &[u8],
+    ) -> Result<(), wire::Error> {
+        self.advance(now);
+        self.metrics.packets_in += 1;
+        let repr = match wire::Repr::parse(bytes) {
+            Ok(repr) => repr,
+            Err(e) => {
+                self.metrics.drops.malformed += 1;
+                return Err(e);
+            }
+        };
+        let i = type_index(repr.packet_type());
+        self.metrics.packets_in_by_type[i] += 1;
+        self.metrics.bytes_in_by_type[i] += bytes.len() as u64;
+        if self.dispatch(from, &repr) {
+            self.metrics.accepted += 1;
+        }
+        Ok(())
+    }
+
+    /// Routes a valid packet; returns whether it was accepted (drops are counted here).
+    fn dispatch(&mut self, from: SocketAddr, p: &wire::Repr<'_>) -> bool {
+        let h = &p.header;
+        let id = wire::local_id(h.sender_id);
+        let server_side = !wire::is_client_id(id);
+        // The destination port must be open, and a request needs a server port.
+        if h.dport == 0
+            || !self.port_taken(h.dport)
+            || (server_side && h.dport >= MIN_EPHEMERAL_PORT)
+        {
+            self.metrics.drops.no_port += 1;
+            return false;
+        }
+        let rpc = if server_side {
+            self.rpcs.find_server(from, id)
+        } else {
+            self.rpcs
+                .find_client(id)
+                .filter(|&r| self.rpcs.get(r).is_some_and(|x| x.local_port == h.dport))
+        };
+        match p.body {
+            Body::Data { repr, payload } => {
+                let offset = data::effective_offset(repr.seg_offset, h.sequence);
+                self.handle_data(from, h, id, rpc, &repr, offset, payload)
+            }
+            Body::Grant(g) => self.with_rpc(rpc, |ep, r| ep.handle_grant(r, g)),
+            Body::Resend(rs) => self.handle_resend(from, h, id, rpc, rs),
+            Body::RpcUnknown => self.with_rpc(rpc, |ep, r| ep.handle_rpc_unknown(r)),
+            Body::Busy => self.with_rpc(rpc, |ep, r| {
+                ep.reset_silence(r);
+            }),
+            Body::Cutoffs(c) => match self.peers.get_or_insert(from, self.now) {
+                Some(peer) => {
+                    self.peers.get_mut(peer).set_cutoffs(c.unsched_cutoffs, c.cutoff_version);
+                    true
+                }
+                None => {
+                    self.metrics.drops.peer_limit += 1;
+                    false
+                }
+            },
+            Body::NeedAck => self.handle_need_ack(from, h, id, rpc),
+            Body::Ack(a) => {
+                if let Some(r) = rpc {
+                    self.end_rpc(r);
+                }
+                for ack in a.acks() {
+                    self.handle_ack(from, *ack);
+                }
+                true
+            }
+            Body::Freeze => {
+                self.metrics.drops.freeze += 1;
+                false
+            }
+        }
+    }
+
+    fn with_rpc(&mut self, rpc: Option<RpcRef>, f: impl FnOnce(&mut Endpoint, RpcRef)) -> bool {
+        match rpc {
+            Some(r) => {
+                f(self, r);
+                true
+            }
+            None => {
+                self.metrics.drops.unknown_rpc += 1;
+                false
+            }
+        }
+    }
+
+    /// Any DATA, GRANT or BUSY for an RPC restarts its silence count.
+    fn reset_silence(&mut self, r: RpcRef) {
+        let tick = self.tick();
+        if let Some(x) = self.rpcs.get_mut(r) {
+            x.timer.silent_since = tick;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn handle_data(
+        &mut self,
+        from: SocketAddr,
+        h: &header::Repr,
+        id: u64,
+        rpc: Option<RpcRef>,
+        d: &data::Repr,
+        offset: u32,
+        payload: &[u8],
+    ) -> bool {
+        let r = match rpc {
+            Some(r) => r,
+            None if !wire::is_client_id(id) => match self.new_server_rpc(from, h, id, d) {
+                Some(r) => r,
+                None => return false,
+            },
+            None => {
+                self.metrics.drops.unknown_rpc += 1;
+                return false;
+            }
+        };
+        self.reset_silence(r);
+        if d.ack.is_some() {
+            self.handle_ack(from, d.ack);
+        }
+        // A client's first response packet creates the incoming message.
+        let Some(x) = self.rpcs.get(r) else { return true };
+        if x.is_client() && x.state == State::Outgoing {
+            if !self.reserve_rx(d.message_length) {
+                return false;
+            }
+            let birth = self.birth();
+            let x = self.rpcs.get_mut(r).expect("checked above");
+            x.state = State::Incoming;
+            x.msgin = Some(InMessage::new(d.message_length, d.incoming, birth));
+        }
+        let x = self.rpcs.get_mut(r).expect("checked above");
+        let (peer, state) = (x.peer, x.state);
+        let Some(m) = x.msgin.as_mut().filter(|_| state == State::Incoming) else {
+            self.metrics.drops.not_receiving += 1;
+            return false;
+        };
+        if m.length != d.message_length {
+            self.metrics.drops.inconsistent += 1;
+            return false;
+        }
+        let added = m.add(offset, payload, self.config.max_gaps as usize);
+        let complete = m.is_complete();
+        self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
+        if let Err(why) = added {
+            match why {
+                Rejected::Duplicate => self.metrics.drops.duplicate += 1,
+                Rejected::PastEnd => self.metrics.drops.inconsistent += 1,
+                Rejected::TooManyGaps => self.metrics.drops.gap_limit += 1,
+            }
+            return false;
+        }
+        self.grant_cx(|g, cx| g.check_rpc(cx, r));
+        if complete {
+            self.deliver(r);
+        } else {
+            self.refresh_worry(r);
+        }
+        true
+    }
+
+    /// Creates a server RPC for the first DATA of a request, within the limits.
+    fn new_server_rpc(
+        &mut self,
+        from: SocketAddr,
+        h: &header::Repr,
+        id: u64,
+        d: &data::Repr,
+    ) -> Option<RpcRef> {
+        let Some(peer) = self.peers.get_or_insert(from, self.now) else {
+            self.metrics.drops.peer_limit += 1;
+            return None;
+        };
+        if self.peers.get(peer).server_rpcs >= self.config.max_rpcs_per_peer {
+            self.metrics.drops.rpc_limit += 1;
+            return None;
+        }
+        if !self.reserve_rx(d.message_length) {
+            return None;
+        }
+        let birth = self.birth();
+        let rpc = Rpc {
+            id,
+            peer,
+            addr: from,
+            local_port: h.dport,
+            remote_port: h.sport,
+            state: State::Incoming,
+            cookie: 0,
+            msgout: None,
+            msgin: Some(InMessage::new(d.message_length, d.incoming, birth)),
+            timer: TimerState::default(),
+            tx_queued: false,
+            resend_queued: false,
+            grant_managed: false,
+        };
+        let p = self.peers.get_mut(peer);
+        p.rpcs += 1;
+        p.server_rpcs += 1;
+        Some(self.rpcs.insert(rpc))
+    }
+
+    /// Reserves reassembly memory for a new message, or counts the drop.
+    fn reserve_rx(&mut self, length: u32) -> bool {
+        if self.rx_bytes + u64::from(length) > self.config.max_rx_bytes {
+            self.metrics.drops.rx_memory += 1;
+            return false;
+        }
+        self.rx_bytes += u64::from(length);
+        true
+    }
+
+    fn birth(&mut self) -> u64 {
+        self.next_birth += 1;
+        self.next_birth
+    }
+
+    /// Sends our CUTOFFS when a peer's DATA carries a stale version (one per tick per peer).
+    fn send_cutoffs_if_stale(&mut self, r: RpcRef, peer: PeerId, version: u16) {
+        let tick = self.tick();
+        let p = self.peers.get_mut(peer);
+        if version == self.config.cutoff_version || p.cutoffs_sent_tick == Some(tick) {
+            return;
+        }
+        p.cutoffs_sent_tick = Some(tick);
+        let Some(x) = self.rpcs.get(r) else { return };
+        let body = ControlBody::Cutoffs {
+            cutoffs: self.config.advertised_cutoffs(),
+            version: self.config.cutoff_version,
+        };
+        let control =
+            Control { to: x.addr, sport: x.local_port, dport: x.remote_port, id: x.id, body };
+        self.push_control(control);
+    }
+
+    fn push_control(&mut self, control: Control) {
+        if !self.tx.push_control(control, self.config.max_pending_control) {
+            self.metrics.control_overflow += 1;
+        }
+    }
+
+    /// Runs `f` on the grant scheduler with the state it reads and writes.
+    fn grant_cx<T>(&mut self, f: impl FnOnce(&mut Grants, &mut GrantCx<'_>) -> T) -> T {
+        let mut cx = GrantCx {
+            rpcs: &mut self.rpcs,
+            peers: &mut self.peers,
+            tx: &mut self.tx,
+            config: &self.config,
+            metrics: &mut self.metrics,
+            now: self.now,
+        };
+        f(&mut self.grants, &mut cx)
+    }
+
+    /// A message is complete: hand it to the application.
+    fn deliver(&mut self, r: RpcRef) {
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        let Some(m) = x.msgin.take() else { return };
+        self.rx_bytes -= u64::from(m.length);
+        self.metrics.message_bytes_in += u64::from(m.length);
+        let message = m.buf;
+        if x.is_client() {
+            // The response completes the RPC: free it, and remember to ack the server.
+            let (id, cookie, peer, local_port, remote_port, addr) =
+                (x.id, x.cookie, x.peer, x.local_port, x.remote_port, x.addr);
+            self.metrics.responses_received += 1;
+            self.events.push_back(Event::ResponseReceived { id, cookie, message });
+            self.end_rpc(r);
+            let ack = Ack { client_id: id, server_port: remote_port };
+            if let Some(acks) = self.peers.get_mut(peer).add_ack(ack) {
+                let body = ControlBody::Ack { acks, count: MAX_ACKS as u8 };
+                self.push_control(Control {
+                    to: addr,
+                    sport: local_port,
+                    dport: remote_port,
+                    id,
+                    body,
+                });
+            }
+        } else {
+            x.state = State::InService;
+            x.timer.worried = false;
+            let event = Event::RequestReceived {
+                rpc: ServerRpc { client: x.addr, id: x.id },
+                port: x.local_port,
+                client_port: x.remote_port,
+                message,
+            };
+            self.metrics.requests_received += 1;
+            self.events.push_back(event);
+        }
+    }
+
+    fn handle_grant(&mut self, r: RpcRef, g: wire::grant::Repr) {
+        self.reset_silence(r);
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        if x.state != State::Outgoing {
+            return;
+        }
+        let Some(m) = x.msgout.as_mut() else { return };
+        m.grant(g.offset);
+        m.sched_priority = g.priority;
+        self.queue_tx(r);
+        self.refresh_worry(r);
+    }
+
+    fn handle_resend(
+        &mut self,
+        from: SocketAddr,
+        h: &header::Repr,
+        id: u64,
+        rpc: Option<RpcRef>,
+        rs: wire::resend::Repr,
+    ) -> bool {
+        let reply = |body| Control { to: from, sport: h.dport, dport: h.sport, id, body };
+        let Some(r) = rpc else {
+            self.push_control(reply(ControlBody::RpcUnknown));
+            return true;
+        };
+        let Some(x) = self.rpcs.get_mut(r) else { return true };
+        let sending = x.is_client() || x.state == State::Outgoing;
+        let Some(m) = x.msgout.as_mut().filter(|_| sending) else {
+            // A server still working on the request: keep the client waiting.
+            self.push_control(reply(ControlBody::Busy));
+            return true;
+        };
+        let tx_end = m.next_offset;
+        let end = match rs.length {
+            wire::resend::ALL_SENT => tx_end,
+            length => rs.offset.saturating_add(length),
+        };
+        if m.queue_resend(rs.offset, end, rs.priority) && !x.resend_queued {
+            x.resend_queued = true;
+            self.tx.resends.push_back(r);
+        }
+        // Asked for bytes beyond the grant: a GRANT must have been lost.
+        let grant_lost = end > m.granted;
+        if grant_lost {
+            m.grant(end);
+        }
+        if rs.offset >= tx_end {
+            self.push_control(reply(ControlBody::Busy));
+        }
+        if grant_lost {
+            self.queue_tx(r);
+        }
+        self.refresh_worry(r);
+        true
+    }
+
+    fn handle_rpc_unknown(&mut self, r: RpcRef) {
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        if !x.is_client() {
+            self.end_rpc(r);
+            return;
+        }
+        if x.state != State::Outgoing {
+            return; // The server lost a request whose response we are receiving: wait.
+        }
+        let peer = self.peers.get(x.peer);
+        let Some(m) = x.msgout.as_mut() else { return };
+        // The server lost everything: send all we sent again, at the unscheduled level.
+        let priority = peer.unsched_priority(m.length, self.config.num_priorities);
+        if m.queue_resend(0, m.next_offset, priority) && !x.resend_queued {
+            x.resend_queued = true;
+            self.tx.resends.push_back(r);
+        }
+        self.metrics.restarts += 1;
+    }
+
+    fn handle_need_ack(
+        &mut self,
+        from: SocketAddr,
+        h: &header::Repr,
+        id: u64,
+        rpc: Option<RpcRef>,
+    ) -> bool {
+        if let Some(r) = rpc {
+            // Still receiving the response: not safe to ack; ask for the rest instead.
+            self.request_retransmission(r);
+            return true;
+        }
+        let mut acks = [Ack::NONE; MAX_ACKS];
+        let count = match self.peers.find(from) {
+            Some(peer) => self.peers.get_mut(peer).take_acks(MAX_ACKS, &mut acks),
+            None => 0,
+        };
+        let body = ControlBody::Ack { acks, count: count as u8 };
+        self.push_control(Control { to: from, sport: h.dport, dport: h.sport, id, body });
+        true
+    }
+
+    /// A client acknowledged a finished RPC: the server may forget it.
+    fn handle_ack(&mut self, from: SocketAddr, ack: Ack) {
+        let Some(r) = self.rpcs.find_server(from, wire::local_id(ack.client_id)) else { return };
+        if self.rpcs.get(r).is_some_and(|x| x.local_port == ack.server_port) {
+            self.end_rpc(r);
+        }
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// Runs timer work due at `now`: RESENDs, NEED_ACKs and timeouts. A call with nothing
+    /// due changes nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        let tick = self.tick();
+        while let Some((due, r)) = self.timers.pop_due(tick) {
+            let Some(x) = self.rpcs.get_mut(r) else { continue };
+            if x.timer.armed_tick != Some(due) {
+                continue; // superseded by a later plan
+            }
+            x.timer.armed_tick = None;
+            self.check_rpc_timer(r, tick);
+        }
+    }
+
+    /// `homa_timer_check_rpc` for one RPC at `tick`.
+    fn check_rpc_timer(&mut self, r: RpcRef, tick: u64) {
+        let Some(x) = self.rpcs.get(r) else { return };
+        if let Some(done) = x.timer.done_tick {
+            // A server whose response is out: ask for the ack each tick, within bounds.
+            if tick >= done + u64::from(self.config.request_ack_ticks) {
+                if tick - done >= u64::from(self.config.timeout_ticks) {
+                    self.metrics.server_timeouts += 1;
+                    self.end_rpc(r);
+                    return;
+                }
+                let need_ack = Control {
+                    to: x.addr,
+                    sport: x.local_port,
+                    dport: x.remote_port,
+                    id: x.id,
+                    body: ControlBody::NeedAck,
+                };
+                self.push_control(need_ack);
+            }
+            self.arm(r, tick + 1);
+            return;
+        }
+        self.refresh_worry(r);
+        let Some(x) = self.rpcs.get(r) else { return };
+        if !x.timer.worried {
+            return;
+        }
+        let silent = tick - x.timer.silent_since;
+        let c = &self.config;
+        let (resend, interval, timeout) =
+            (u64::from(c.resend_ticks), u64::from(c.resend_interval), u64::from(c.timeout_ticks));
+        if silent >= timeout {
+            let reason = FailReason::Timeout;
+            if x.is_client() {
+                self.metrics.client_timeouts += 1;
+            } else {
+                self.metrics.server_timeouts += 1;
+            }
+            self.fail_or_drop(r, reason);
+            return;
+        }
+        let since = x.timer.silent_since;
+        if silent >= resend && (silent - resend).is_multiple_of(interval) {
+            self.request_retransmission(r);
+        }
+        let next_resend = if silent < resend {
+            since + resend
+        } else {
+            since + resend + ((silent - resend) / interval + 1) * interval
+        };
+        self.arm(r, next_resend.min(since + timeout));
+    }
+
+    /// Whether an RPC is owed data and should count silent ticks (spec §2.6): receiving with
+    /// granted bytes outstanding, or a client that sent all it may and awaits a response.
+    fn owed_data(x: &Rpc) -> bool {
+        match x.state {
+            State::Incoming => x.msgin.as_ref().is_some_and(|m| m.received() < m.granted),
+            State::Outgoing if x.is_client() => {
+                x.msgout.as_ref().is_some_and(|m| m.next_offset >= m.granted)
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts counting silence when an RPC becomes owed data, and keeps a wake-up armed for
+    /// its first RESEND.
+    fn refresh_worry(&mut self, r: RpcRef) {
+        let tick = self.tick();
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        let owed = Self::owed_data(x);
+        if owed && !x.timer.worried {
+            x.timer.silent_since = tick;
+        }
+        x.timer.worried = owed;
+        if owed {
+            let due = x.timer.silent_since + u64::from(self.config.resend_ticks);
+            if x.timer.armed_tick.is_none_or(|t| t > due) {
+                self.arm(r, due);
+            }
+        }
+    }
+
+    fn arm(&mut self, r: RpcRef, tick: u64) {
+        if let Some(x) = self.rpcs.get_mut(r) {
+            x.timer.armed_tick = Some(tick);
+            self.timers.push(tick, r);
+        }
+    }
+
+    /// Asks the peer for missing bytes (`homa_request_retrans`): one RESEND per gap and one
+    /// for [received, granted), or RESEND(0, all) when nothing of the message arrived.
+    fn request_retransmission(&mut self, r: RpcRef) {
+        let Some(x) = self.rpcs.get(r) else { return };
+        let priority = self.config.num_priorities - 1;
+        let (to, sport, dport, id) = (x.addr, x.local_port, x.remote_port, x.id);
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        match x.msgin.as_ref() {
+            Some(m) => {
+                ranges.extend(m.gaps.iter().map(|g| (g.start, g.end - g.start)));
+                if m.granted > m.recv_end {
+                    ranges.push((m.recv_end, m.granted - m.recv_end));
+                }
+            }
+            None => ranges.push((0, wire::resend::ALL_SENT)),
+        }
+        for (offset, length) in ranges {
+            let body = ControlBody::Resend { offset, length, priority };
+            self.push_control(Control { to, sport, dport, id, body });
+        }
+    }
+
+    // ------------------------------------------------------------------ endings
+
+    /// Client RPCs fail with `reason`; server RPCs are dropped silently.
+    fn fail_or_drop(&mut self, r: RpcRef, reason: FailReason) {
+        if let Some(x) = self.rpcs.get(r)
+            && x.is_client()
+        {
+            self.events.push_back(Event::RpcFailed { id: x.id, cookie: x.cookie, reason });
+        }
+        self.end_rpc(r);
+    }
+
+    /// Frees an RPC and everything it holds.
+    fn end_rpc(&mut self, r: RpcRef) {
+        self.grant_cx(|g, cx| g.unmanage(cx, r));
+        let Some(x) = self.rpcs.remove(r) else { return };
+        self.rx_bytes -= x.rx_bytes();
+        self.tx_bytes -= x.tx_bytes();
+        let p = self.peers.get_mut(x.peer);
+        p.rpcs -= 1;
+        if !x.is_client() {
+            p.server_rpcs -= 1;
+        }
+    }
+
+    /// Puts `r` in the sender's SRPT queue if it has new data it may send.
+    fn queue_tx(&mut self, r: RpcRef) {
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        let Some(m) = x.msgout.as_ref() else { return };
+        if x.tx_queued || !m.can_send_new() || x.state != State::Outgoing {
+            return;
+        }
+        x.tx_queued = true;
+        self.tx.push(TxKey { bytes_left: m.bytes_left(), birth: m.birth, rpc: r });
+    }
+}

@@ -1,0 +1,59 @@
+//! Errors returned to the application. Malformed packets are [`crate::wire::Error`]; a failed
+//! RPC is an [`Event::RpcFailed`](crate::Event::RpcFailed), not an error.
+
+use core::fmt;
+
+/// Misuse of the API. The call changed nothing; fix the arguments and retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// Messages must hold 1..=1,000,000 bytes.
+    MessageLength(usize),
+    /// A server port must be 1..=32767; 0 and 32768.. are reserved (the latter for ephemeral
+    /// client ports).
+    InvalidPort(u16),
+    /// The port is already bound.
+    PortInUse(u16),
+    /// The port is not bound (`unbind`, or sending from it).
+    PortNotBound(u16),
+    /// Every ephemeral port (32768..=65535) is taken.
+    NoEphemeralPort,
+    /// No RPC with this id exists (it finished, failed, was aborted, or never existed).
+    UnknownRpc(u64),
+    /// The RPC exists but is not waiting for a response from the application.
+    NotAwaitingResponse(u64),
+    /// The destination would be a new peer beyond `Config::max_peers`, and none is idle.
+    TooManyPeers,
+    /// Outgoing messages would exceed `Config::wmem_max`; retry once some complete.
+    TxBufferFull,
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ApiError::MessageLength(n) => {
+                write!(f, "message of {n} bytes: Homa messages hold 1..=1000000 bytes")
+            }
+            ApiError::InvalidPort(p) => {
+                write!(f, "port {p} cannot be bound: server ports are 1..=32767")
+            }
+            ApiError::PortInUse(p) => write!(f, "port {p} is already bound"),
+            ApiError::PortNotBound(p) => write!(f, "port {p} is not bound"),
+            ApiError::NoEphemeralPort => {
+                write!(f, "all ephemeral ports (32768..=65535) are in use")
+            }
+            ApiError::UnknownRpc(id) => write!(f, "no RPC with id {id}"),
+            ApiError::NotAwaitingResponse(id) => {
+                write!(f, "RPC {id} is not a received request awaiting a response")
+            }
+            ApiError::TooManyPeers => {
+                write!(f, "max_peers peers are busy; no room to talk to a new one")
+            }
+            ApiError::TxBufferFull => {
+                write!(f, "outgoing messages would exceed wmem_max; wait for some to complete")
+            }
+        }
+    }
+}
+
+impl core::error::Error for ApiError {}

@@ -1,0 +1,192 @@
+//! An incoming message: reassembly with gap tracking (`homa_add_packet`) and the receiver's
+//! grant state.
+//!
+//! Packets are accepted in any order. A packet must either extend the received prefix, start
+//! past it (opening a gap), or fall entirely inside one gap; anything else (a duplicate, or a
+//! packet overlapping bytes already held) is dropped, as the module does.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// Why a DATA packet was not added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rejected {
+    /// Every byte was already received, or the packet overlaps received bytes.
+    Duplicate,
+    /// The range lies (partly) past the message's end.
+    PastEnd,
+    /// Accepting it would need more than `max_gaps` holes.
+    TooManyGaps,
+}
+
+/// A hole in the received bytes, [start, end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Gap {
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct InMessage {
+    pub(crate) length: u32,
+    /// The message; allocated zeroed when the message is accepted, filled as packets arrive.
+    pub(crate) buf: Vec<u8>,
+    pub(crate) bytes_remaining: u32,
+    /// End of the highest byte range received so far.
+    pub(crate) recv_end: u32,
+    /// Holes below `recv_end`, in order.
+    pub(crate) gaps: Vec<Gap>,
+
+    // Grant state (see `sched::grant`).
+    /// Bytes the sender may send: [0, granted).
+    pub(crate) granted: u32,
+    /// Granted-but-unreceived bytes this message contributes to the endpoint's total.
+    pub(crate) rec_incoming: u32,
+    /// Arrival order, for SRPT ties and FIFO grants (lower = older).
+    pub(crate) birth: u64,
+    /// Needs grants beyond its unscheduled bytes.
+    pub(crate) grantable: bool,
+}
+
+impl InMessage {
+    /// A message of `length` bytes whose sender announced `incoming` unscheduled bytes.
+    pub(crate) fn new(length: u32, incoming: u32, birth: u64) -> InMessage {
+        let granted = incoming.min(length);
+        InMessage {
+            length,
+            buf: vec![0; length as usize],
+            bytes_remaining: length,
+            recv_end: 0,
+            gaps: Vec::new(),
+            granted,
+            rec_incoming: 0,
+            birth,
+            grantable: granted < length,
+        }
+    }
+
+    pub(crate) fn received(&self) -> u32 {
+        self.length - self.bytes_remaining
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
+        self.bytes_remaining == 0
+    }
+
+    /// Adds `payload` at `offset`.
+    pub(crate) fn add(
+        &mut self,
+        offset: u32,
+        payload: &[u8],
+        max_gaps: usize,
+    ) -> Result<(), Rejected> {
+        let len = payload.len() as u32;
+        if offset >= self.length || len > self.length - offset {
+            return Err(Rejected::PastEnd);
+        }
+        if len == 0 {
+            return Err(Rejected::Duplicate);
+        }
+        let end = offset + len;
+        if offset == self.recv_end {
+            self.recv_end = end;
+        } else if offset > self.recv_end {
+            if self.gaps.len() >= max_gaps {
+                return Err(Rejected::TooManyGaps);
+            }
+            self.gaps.push(Gap { start: self.recv_end, end: offset });
+            self.recv_end = end;
+        } else {
+            self.fill_gap(offset, end, max_gaps)?;
+        }
+        self.buf[offset as usize..end as usize].copy_from_slice(payload);
+        self.bytes_remaining -= len;
+        Ok(())
+    }
+
+    /// Accounts for [start, end) below `recv_end`: it must lie inside one gap.
+    fn fill_gap(&mut self, start: u32, end: u32, max_gaps: usize) -> Result<(), Rejected> {
+        // The first gap ending after `start` is the only one that can hold the packet.
+        let i = self.gaps.partition_point(|g| g.end <= start);
+        let Some(&gap) = self.gaps.get(i) else { return Err(Rejected::Duplicate) };
+        if start < gap.start || end > gap.end {
+            return Err(Rejected::Duplicate);
+        }
+        match (start == gap.start, end == gap.end) {
+            (true, true) => {
+                self.gaps.remove(i);
+            }
+            (true, false) => self.gaps[i].start = end,
+            (false, true) => self.gaps[i].end = start,
+            (false, false) => {
+                if self.gaps.len() >= max_gaps {
+                    return Err(Rejected::TooManyGaps);
+                }
+                self.gaps[i].start = end;
+                self.gaps.insert(i, Gap { start: gap.start, end: start });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(len: u32) -> InMessage {
+        InMessage::new(len, len, 0)
+    }
+
+    #[test]
+    fn in_order_and_out_of_order() {
+        let mut m = msg(10);
+        m.add(0, &[1, 2], 8).unwrap();
+        m.add(6, &[7, 8], 8).unwrap();
+        assert_eq!(m.gaps, [Gap { start: 2, end: 6 }]);
+        m.add(3, &[4], 8).unwrap(); // splits the gap
+        assert_eq!(m.gaps, [Gap { start: 2, end: 3 }, Gap { start: 4, end: 6 }]);
+        m.add(2, &[3], 8).unwrap();
+        m.add(4, &[5, 6], 8).unwrap();
+        assert!(m.gaps.is_empty());
+        m.add(8, &[9, 10], 8).unwrap();
+        assert!(m.is_complete());
+        assert_eq!(m.buf, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    }
+
+    #[test]
+    fn duplicates_overlaps_and_overruns_are_rejected() {
+        let mut m = msg(10);
+        m.add(0, &[0; 4], 8).unwrap();
+        assert_eq!(m.add(0, &[0; 4], 8), Err(Rejected::Duplicate));
+        assert_eq!(m.add(2, &[0; 4], 8), Err(Rejected::Duplicate));
+        m.add(6, &[0; 2], 8).unwrap();
+        assert_eq!(m.add(3, &[0; 2], 8), Err(Rejected::Duplicate), "overlaps received byte 3");
+        assert_eq!(m.add(5, &[0; 2], 8), Err(Rejected::Duplicate), "overlaps received byte 6");
+        assert_eq!(m.add(9, &[0; 2], 8), Err(Rejected::PastEnd));
+        assert_eq!(m.add(10, &[0; 1], 8), Err(Rejected::PastEnd));
+        assert_eq!(m.add(u32::MAX, &[0; 1], 8), Err(Rejected::PastEnd));
+        assert_eq!(m.bytes_remaining, 4);
+    }
+
+    #[test]
+    fn gap_limit() {
+        let mut m = msg(100);
+        m.add(10, &[0], 2).unwrap();
+        m.add(20, &[0], 2).unwrap();
+        assert_eq!(m.add(30, &[0], 2), Err(Rejected::TooManyGaps));
+        assert_eq!(m.add(5, &[0], 2), Err(Rejected::TooManyGaps), "splitting needs a third gap");
+        m.add(0, &[0; 10], 2).unwrap();
+        assert_eq!(m.gaps.len(), 1);
+    }
+
+    #[test]
+    fn grant_state_starts_from_incoming() {
+        let m = InMessage::new(100_000, 40_000, 3);
+        assert!(m.grantable);
+        assert_eq!(m.granted, 40_000);
+        let m = InMessage::new(100, 40_000, 3);
+        assert!(!m.grantable);
+        assert_eq!(m.granted, 100);
+    }
+}

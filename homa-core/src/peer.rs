@@ -1,0 +1,222 @@
+//! What an endpoint remembers about each host it talks to: the unscheduled cutoffs that host
+//! asked for, acks waiting to be sent to it, and counters used by the grant scheduler.
+
+use core::net::SocketAddr;
+
+use alloc::vec::Vec;
+
+use crate::Instant;
+use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
+use hashbrown::HashMap;
+
+use crate::rpc::Hasher;
+
+/// Index of a peer in the [`PeerTable`].
+pub(crate) type PeerId = u32;
+
+#[derive(Debug)]
+pub(crate) struct Peer {
+    pub(crate) addr: SocketAddr,
+    /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
+    pub(crate) cutoffs: [u32; MAX_PRIORITIES as usize],
+    /// Version of those cutoffs, echoed in DATA to the peer (0 until a CUTOFFS arrives).
+    pub(crate) cutoff_version: u16,
+    /// Tick in which we last sent the peer our CUTOFFS (rate limit: one per tick).
+    pub(crate) cutoffs_sent_tick: Option<u64>,
+    /// Client RPCs finished but not yet acknowledged to this (server) peer.
+    acks: [Ack; MAX_ACKS],
+    num_acks: usize,
+    /// RPCs (client and server) using this peer; it can be forgotten when 0 and no acks wait.
+    pub(crate) rpcs: u32,
+    /// Server RPCs this peer opened on us (bounded by `max_rpcs_per_peer`).
+    pub(crate) server_rpcs: u32,
+    /// Incoming messages from this peer in the grant scheduler's active set.
+    pub(crate) active_grants: u8,
+    /// Last time the peer was used, to choose whom to forget when the table is full.
+    pub(crate) last_used: Instant,
+}
+
+impl Peer {
+    fn new(addr: SocketAddr, now: Instant) -> Peer {
+        // Until the peer sends CUTOFFS, all unscheduled data goes one level below control
+        // packets, as the module does (`homa_peer_alloc`).
+        let mut cutoffs = [0; MAX_PRIORITIES as usize];
+        cutoffs[MAX_PRIORITIES as usize - 2] = i32::MAX as u32;
+        cutoffs[0] = i32::MAX as u32;
+        Peer {
+            addr,
+            cutoffs,
+            cutoff_version: 0,
+            cutoffs_sent_tick: None,
+            acks: [Ack::NONE; MAX_ACKS],
+            num_acks: 0,
+            rpcs: 0,
+            server_rpcs: 0,
+            active_grants: 0,
+            last_used: now,
+        }
+    }
+
+    /// Level for unscheduled bytes of a `length`-byte message to this peer: the highest
+    /// level below `num_priorities` whose cutoff admits it (`homa_unsched_priority`).
+    pub(crate) fn unsched_priority(&self, length: u32, num_priorities: u8) -> u8 {
+        (0..num_priorities).rev().find(|&i| self.cutoffs[usize::from(i)] >= length).unwrap_or(0)
+    }
+
+    /// Stores new cutoffs from a CUTOFFS packet (entry 0 always means "anything").
+    pub(crate) fn set_cutoffs(&mut self, cutoffs: [u32; MAX_PRIORITIES as usize], version: u16) {
+        self.cutoffs = cutoffs;
+        self.cutoffs[0] = i32::MAX as u32;
+        self.cutoff_version = version;
+    }
+
+    /// Records an ack for a finished client RPC. When five are already waiting, returns them
+    /// so the caller can send them in an ACK packet (together with this one's RPC).
+    pub(crate) fn add_ack(&mut self, ack: Ack) -> Option<[Ack; MAX_ACKS]> {
+        if self.num_acks < MAX_ACKS {
+            self.acks[self.num_acks] = ack;
+            self.num_acks += 1;
+            return None;
+        }
+        self.num_acks = 0;
+        Some(self.acks)
+    }
+
+    /// Takes up to `max` waiting acks (most recent first, as the module does).
+    pub(crate) fn take_acks(&mut self, max: usize, out: &mut [Ack; MAX_ACKS]) -> usize {
+        let n = max.min(self.num_acks).min(MAX_ACKS);
+        let start = self.num_acks - n;
+        out[..n].copy_from_slice(&self.acks[start..self.num_acks]);
+        self.num_acks = start;
+        n
+    }
+
+    fn is_idle(&self) -> bool {
+        self.rpcs == 0 && self.num_acks == 0
+    }
+}
+
+/// All known peers, by address, with a bound on how many.
+#[derive(Debug)]
+pub(crate) struct PeerTable {
+    slots: Vec<Option<Peer>>,
+    free: Vec<PeerId>,
+    index: HashMap<SocketAddr, PeerId, Hasher>,
+    max: usize,
+}
+
+impl PeerTable {
+    pub(crate) fn new(max: u32, hasher: Hasher) -> PeerTable {
+        PeerTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashMap::with_hasher(hasher),
+            max: max as usize,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub(crate) fn find(&self, addr: SocketAddr) -> Option<PeerId> {
+        self.index.get(&addr).copied()
+    }
+
+    /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs,
+    /// no acks waiting) is forgotten to make room; if none is idle, `None`.
+    pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Instant) -> Option<PeerId> {
+        if let Some(&id) = self.index.get(&addr) {
+            self.slots[id as usize].as_mut().expect("indexed peer exists").last_used = now;
+            return Some(id);
+        }
+        if self.index.len() >= self.max {
+            self.evict_idle()?;
+        }
+        let peer = Peer::new(addr, now);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some(peer);
+                id
+            }
+            None => {
+                self.slots.push(Some(peer));
+                (self.slots.len() - 1) as PeerId
+            }
+        };
+        self.index.insert(addr, id);
+        Some(id)
+    }
+
+    /// Forgets the least recently used idle peer. O(peers), only when the table is full.
+    fn evict_idle(&mut self) -> Option<()> {
+        let (id, _) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().filter(|p| p.is_idle()).map(|p| (i, p.last_used)))
+            .min_by_key(|&(i, used)| (used, i))?;
+        let peer = self.slots[id].take().expect("chosen peer exists");
+        self.index.remove(&peer.addr);
+        self.free.push(id as PeerId);
+        Some(())
+    }
+
+    pub(crate) fn get(&self, id: PeerId) -> &Peer {
+        self.slots[id as usize].as_ref().expect("peer ids held by RPCs stay valid")
+    }
+
+    pub(crate) fn get_mut(&mut self, id: PeerId) -> &mut Peer {
+        self.slots[id as usize].as_mut().expect("peer ids held by RPCs stay valid")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([198, 18, 0, i], 4000))
+    }
+
+    #[test]
+    fn unscheduled_priority_defaults_and_cutoffs() {
+        let mut p = Peer::new(addr(1), 0);
+        assert_eq!(p.unsched_priority(100, 8), 6);
+        assert_eq!(p.unsched_priority(1_000_000, 8), 6);
+        assert_eq!(p.unsched_priority(100, 4), 0);
+        p.set_cutoffs([0, 0, 0, 0, 1_000_000, 15_000, 2_800, 200], 1);
+        assert_eq!(p.unsched_priority(100, 8), 7);
+        assert_eq!(p.unsched_priority(200, 8), 7);
+        assert_eq!(p.unsched_priority(201, 8), 6);
+        assert_eq!(p.unsched_priority(20_000, 8), 4);
+        assert_eq!(p.unsched_priority(100, 5), 4);
+    }
+
+    #[test]
+    fn sixth_ack_flushes_five() {
+        let mut p = Peer::new(addr(1), 0);
+        for i in 1..=5 {
+            assert_eq!(p.add_ack(Ack { client_id: 2 * i, server_port: 1 }), None);
+        }
+        let flushed = p.add_ack(Ack { client_id: 12, server_port: 1 }).unwrap();
+        assert_eq!(flushed[4].client_id, 10);
+        let mut out = [Ack::NONE; MAX_ACKS];
+        assert_eq!(p.take_acks(5, &mut out), 0);
+    }
+
+    #[test]
+    fn full_table_evicts_only_idle_peers() {
+        let mut t = PeerTable::new(2, Hasher::with_seed(1));
+        let a = t.get_or_insert(addr(1), 0).unwrap();
+        let b = t.get_or_insert(addr(2), 1).unwrap();
+        t.get_mut(a).rpcs = 1;
+        t.get_mut(b).rpcs = 1;
+        assert_eq!(t.get_or_insert(addr(3), 2), None);
+        t.get_mut(b).rpcs = 0;
+        let c = t.get_or_insert(addr(3), 3).unwrap();
+        assert_eq!(c, b, "the idle peer's slot is reused");
+        assert_eq!(t.find(addr(2)), None);
+        assert_eq!(t.len(), 2);
+    }
+}

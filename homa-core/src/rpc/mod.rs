@@ -1,0 +1,83 @@
+//! RPCs: the state one endpoint keeps for each request/response exchange.
+//!
+//! A client RPC goes Outgoing (request being sent, then waiting) -> Incoming (response
+//! arriving) -> gone, once the response is delivered. A server RPC goes Incoming (request
+//! arriving) -> InService (the application has it) -> Outgoing (response being sent, then
+//! kept until the client acknowledges it) -> gone.
+
+mod table;
+
+use core::net::SocketAddr;
+
+pub(crate) use table::{RpcRef, RpcTable};
+
+use crate::msg::incoming::InMessage;
+use crate::msg::outgoing::OutMessage;
+use crate::peer::PeerId;
+
+/// Hash state for the endpoint's maps: seeded from `Config::seed`, so runs are reproducible
+/// and peers cannot predict bucket collisions without the seed.
+pub(crate) type Hasher = foldhash::fast::FixedState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Sending our message (request on a client, response on a server); a client stays here
+    /// until the first response packet arrives.
+    Outgoing,
+    /// Receiving the peer's message.
+    Incoming,
+    /// Server only: the request was delivered; waiting for the application's response.
+    InService,
+}
+
+#[derive(Debug)]
+pub(crate) struct Rpc {
+    /// The id as this endpoint knows it: even on the client, odd on the server.
+    pub(crate) id: u64,
+    pub(crate) peer: PeerId,
+    pub(crate) addr: SocketAddr,
+    pub(crate) local_port: u16,
+    pub(crate) remote_port: u16,
+    pub(crate) state: State,
+    /// Client only: the application's tag, returned with the response or failure.
+    pub(crate) cookie: u64,
+    pub(crate) msgout: Option<OutMessage>,
+    pub(crate) msgin: Option<InMessage>,
+    pub(crate) timer: TimerState,
+    /// In the sender's SRPT queue.
+    pub(crate) tx_queued: bool,
+    /// In the queue of RPCs with retransmissions waiting.
+    pub(crate) resend_queued: bool,
+    /// Known to the grant scheduler (active or waiting).
+    pub(crate) grant_managed: bool,
+}
+
+/// Silent-tick accounting (spec §2.6), kept lazily: instead of counting ticks, remember the
+/// tick at which the count was last zero.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TimerState {
+    /// Tick at which silent_ticks was last reset (a packet arrived, or the RPC had no reason
+    /// to worry). silent_ticks at tick T is `T - silent_since`.
+    pub(crate) silent_since: u64,
+    /// The RPC is owed data and counts silent ticks.
+    pub(crate) worried: bool,
+    /// The tick of the wake-up queued in the timer queue, if any.
+    pub(crate) armed_tick: Option<u64>,
+    /// Server: first tick after the response was fully sent (for NEED_ACK).
+    pub(crate) done_tick: Option<u64>,
+}
+
+impl Rpc {
+    pub(crate) fn is_client(&self) -> bool {
+        crate::wire::is_client_id(self.id)
+    }
+
+    /// Bytes held for this RPC's messages (for `wmem_max` and `max_rx_bytes` accounting).
+    pub(crate) fn tx_bytes(&self) -> u64 {
+        self.msgout.as_ref().map_or(0, |m| u64::from(m.length))
+    }
+
+    pub(crate) fn rx_bytes(&self) -> u64 {
+        self.msgin.as_ref().map_or(0, |m| u64::from(m.length))
+    }
+}

@@ -1,0 +1,423 @@
+//! The receiver's grant scheduler (spec §2.4, `homa_grant.c`).
+//!
+//! Incoming messages that need more than their unscheduled bytes are *managed*: up to
+//! `max_overcommit` of them are *active* and receive grants; the rest wait, ordered by SRPT
+//! (fewest bytes still to receive first, then oldest). Each active message may have a
+//! window of granted-but-unreceived bytes (`max_incoming / (active + 1)` by default), and the
+//! total across all messages stays within `max_incoming`; an active message that could not
+//! get its full window because of that cap is *needy* and is topped up, in SRPT order, when
+//! room appears. Activation balances peers: a waiting message from a peer with fewer active
+//! messages goes first, and a victim is taken from the peer with the most. A small share of
+//! the link (`grant_fifo_fraction`) goes to FIFO grants for the oldest message, so long
+//! messages are never starved.
+//!
+//! The one difference from the module: SRPT ranks use each message's current bytes
+//! remaining, where the module compares a copy taken when the message became active.
+
+use alloc::vec::Vec;
+
+use crate::config::{Config, MAX_OVERCOMMIT};
+use crate::metrics::Metrics;
+use crate::peer::{PeerId, PeerTable};
+use crate::rpc::{RpcRef, RpcTable};
+use crate::sched::tx::{Control, ControlBody, TxQueues};
+use crate::time::Instant;
+
+/// Where the scheduler reads messages and writes GRANTs.
+pub(crate) struct GrantCx<'a> {
+    pub(crate) rpcs: &'a mut RpcTable,
+    pub(crate) peers: &'a mut PeerTable,
+    pub(crate) tx: &'a mut TxQueues,
+    pub(crate) config: &'a Config,
+    pub(crate) metrics: &'a mut Metrics,
+    pub(crate) now: Instant,
+}
+
+/// SRPT order: `a` outranks `b` if it has fewer bytes left, or as many and is older.
+fn outranks(a: (u32, u64), b: (u32, u64)) -> bool {
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    rpc: RpcRef,
+    peer: PeerId,
+    remaining: u32,
+    birth: u64,
+}
+
+impl Entry {
+    fn rank(&self) -> (u32, u64) {
+        (self.remaining, self.birth)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    entry: Entry,
+    /// Could not get its full window because of `max_incoming`.
+    needy: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Grants {
+    /// `max_overcommit` slots.
+    active: [Option<Active>; MAX_OVERCOMMIT as usize],
+    slots: usize,
+    /// Managed messages not active, in SRPT order.
+    waiting: Vec<Entry>,
+    /// Granted-but-unreceived bytes of all managed messages.
+    total_incoming: u64,
+    /// Target of FIFO grants until it stops needing them.
+    oldest: Option<RpcRef>,
+    next_fifo_grant: Instant,
+}
+
+impl Grants {
+    pub(crate) fn new(config: &Config) -> Grants {
+        Grants {
+            active: [None; MAX_OVERCOMMIT as usize],
+            slots: usize::from(config.max_overcommit),
+            waiting: Vec::new(),
+            total_incoming: 0,
+            oldest: None,
+            next_fifo_grant: 0,
+        }
+    }
+
+    pub(crate) fn num_active(&self) -> usize {
+        self.active.iter().flatten().count()
+    }
+
+    pub(crate) fn num_managed(&self) -> usize {
+        self.num_active() + self.waiting.len()
+    }
+
+    pub(crate) fn total_incoming(&self) -> u64 {
+        self.total_incoming
+    }
+
+    fn slot_of(&self, rpc: RpcRef) -> Option<usize> {
+        self.active[..self.slots].iter().position(|a| a.is_some_and(|a| a.entry.rpc == rpc))
+    }
+
+    fn entry(cx: &GrantCx<'_>, rpc: RpcRef) -> Option<Entry> {
+        let r = cx.rpcs.get(rpc)?;
+        let m = r.msgin.as_ref()?;
+        Some(Entry { rpc, peer: r.peer, remaining: m.bytes_remaining, birth: m.birth })
+    }
+
+    /// Called after a managed-or-not message received data (or was created): updates its
+    /// place and sends whatever grants are now due (`homa_grant_check_rpc`).
+    pub(crate) fn check_rpc(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let Some(r) = cx.rpcs.get(rpc) else { return };
+        let Some(m) = r.msgin.as_ref().filter(|m| m.grantable) else { return };
+        if m.bytes_remaining == 0 {
+            self.unmanage(cx, rpc);
+        } else {
+            if !r.grant_managed {
+                self.manage(cx, rpc);
+            }
+            self.update_incoming(cx, rpc);
+            if let Some(slot) = self.slot_of(rpc) {
+                if let (Some(a), Some(e)) = (self.active[slot].as_mut(), Self::entry(cx, rpc)) {
+                    a.entry.remaining = e.remaining;
+                }
+                self.try_send(cx, slot, true);
+            }
+        }
+        self.check_needy(cx);
+    }
+
+    /// Stops granting to a message (complete, aborted or timed out) and hands its active
+    /// slot, if any, to the best waiting message (`homa_grant_unmanage_rpc`).
+    pub(crate) fn unmanage(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let Some(r) = cx.rpcs.get_mut(rpc) else { return };
+        let Some(m) = r.msgin.as_mut().filter(|m| m.grantable) else { return };
+        m.grantable = false;
+        r.grant_managed = false;
+        self.total_incoming -= u64::from(core::mem::take(&mut m.rec_incoming));
+        if let Some(slot) = self.slot_of(rpc) {
+            self.remove_active(cx, slot);
+            self.promote_waiting(cx, slot);
+        } else if let Some(i) = self.waiting.iter().position(|e| e.rpc == rpc) {
+            self.waiting.remove(i);
+        }
+        if self.oldest == Some(rpc) {
+            self.oldest = None;
+        }
+    }
+
+    fn manage(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let Some(entry) = Self::entry(cx, rpc) else { return };
+        match self.find_victim(cx, &entry) {
+            Some(slot) => {
+                if let Some(bumped) = self.active[slot] {
+                    self.remove_active(cx, slot);
+                    self.insert_waiting(bumped.entry);
+                }
+                self.add_active(cx, slot, entry);
+            }
+            None => self.insert_waiting(entry),
+        }
+        if let Some(r) = cx.rpcs.get_mut(rpc) {
+            r.grant_managed = true;
+        }
+    }
+
+    fn add_active(&mut self, cx: &mut GrantCx<'_>, slot: usize, entry: Entry) {
+        cx.peers.get_mut(entry.peer).active_grants += 1;
+        self.active[slot] = Some(Active { entry, needy: false });
+    }
+
+    fn remove_active(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
+        if let Some(a) = self.active[slot].take() {
+            cx.peers.get_mut(a.entry.peer).active_grants -= 1;
+        }
+    }
+
+    fn insert_waiting(&mut self, entry: Entry) {
+        let at = self.waiting.partition_point(|e| !outranks(entry.rank(), e.rank()));
+        self.waiting.insert(at, entry);
+    }
+
+    /// Picks a slot for `cand`: an empty one, or the lowest-priority active message if `cand`
+    /// should replace it (`homa_grant_find_victim`).
+    fn find_victim(&self, cx: &GrantCx<'_>, cand: &Entry) -> Option<usize> {
+        let active_of = |peer: PeerId| usize::from(cx.peers.get(peer).active_grants);
+        let mut lp: Option<(usize, usize, Entry)> = None; // (slot, its peer's active, entry)
+        for slot in 0..self.slots {
+            let Some(a) = self.active[slot] else { return Some(slot) };
+            // Count `cand` as active too when it shares the peer: the state after a swap.
+            let peer_active = active_of(a.entry.peer) + usize::from(a.entry.peer == cand.peer);
+            let replace = match lp {
+                None => true,
+                Some((_, lp_active, _)) if peer_active != lp_active => peer_active > lp_active,
+                // Same peer pressure: the lower SRPT priority (more left; then younger).
+                Some((_, _, lp_entry)) => !outranks(a.entry.rank(), lp_entry.rank()),
+            };
+            if replace {
+                lp = Some((slot, peer_active, a.entry));
+            }
+        }
+        let (slot, lp_active, lp_entry) = lp?;
+        if lp_active > active_of(cand.peer) + 1 || outranks(cand.rank(), lp_entry.rank()) {
+            Some(slot)
+        } else {
+            None
+        }
+    }
+
+    /// Fills an empty slot from the waiting messages: the best message of a peer with no
+    /// active message, else of the peer with the fewest (`homa_grant_promote_queued`).
+    fn promote_waiting(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
+        let mut best: Option<(usize, u8)> = None;
+        for (i, e) in self.waiting.iter().enumerate() {
+            let active = cx.peers.get(e.peer).active_grants;
+            if best.is_none_or(|(_, a)| active < a) {
+                best = Some((i, active));
+                if active == 0 {
+                    break;
+                }
+            }
+        }
+        let Some((i, _)) = best else { return };
+        let entry = self.waiting.remove(i);
+        self.add_active(cx, slot, entry);
+        if let Some(a) = self.active[slot].as_mut() {
+            a.needy = true;
+        }
+    }
+
+    /// A waiting message got closer to completion: move it up, and into the active set if it
+    /// is now its peer's best and outranks a victim (`homa_grant_promote_rpc`).
+    fn promote_rpc(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let Some(i) = self.waiting.iter().position(|e| e.rpc == rpc) else { return };
+        let Some(entry) = Self::entry(cx, rpc) else { return };
+        self.waiting.remove(i);
+        self.insert_waiting(entry);
+        let head_of_peer = self.waiting.iter().find(|e| e.peer == entry.peer).map(|e| e.rpc);
+        if head_of_peer != Some(rpc) {
+            return;
+        }
+        if let Some(slot) = self.find_victim(cx, &entry) {
+            if let Some(victim) = self.active[slot] {
+                self.remove_active(cx, slot);
+                self.insert_waiting(victim.entry);
+            }
+            if let Some(j) = self.waiting.iter().position(|e| e.rpc == rpc) {
+                self.waiting.remove(j);
+            }
+            self.add_active(cx, slot, entry);
+        }
+    }
+
+    /// Brings the message's share of `total_incoming` up to date (`homa_grant_update_incoming`).
+    fn update_incoming(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let Some(m) = cx.rpcs.get_mut(rpc).and_then(|r| r.msgin.as_mut()) else { return };
+        let incoming = m.granted.saturating_sub(m.received());
+        if incoming == m.rec_incoming || !m.grantable {
+            return;
+        }
+        self.total_incoming = self.total_incoming + u64::from(incoming) - u64::from(m.rec_incoming);
+        m.rec_incoming = incoming;
+        cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
+        if self.slot_of(rpc).is_none() {
+            self.promote_rpc(cx, rpc);
+        }
+    }
+
+    /// Level for a grant to a message that `rank` active messages outrank: the highest
+    /// scheduled level minus the rank, shifted down when fewer messages are active than
+    /// there are scheduled levels, so new short messages can still preempt.
+    fn grant_priority(&self, cx: &GrantCx<'_>, rank: usize) -> u8 {
+        let max_sched = i64::from(cx.config.max_sched_prio());
+        let mut level = max_sched - rank as i64;
+        let extra = max_sched + 1 - self.num_active() as i64;
+        if extra >= 0 {
+            level -= extra;
+        }
+        level.max(0) as u8
+    }
+
+    /// Grants the message in `slot` up to its window if `max_incoming` allows
+    /// (`homa_grant_try_send`). With `check_needy`, defers to needy messages.
+    fn try_send(&mut self, cx: &mut GrantCx<'_>, slot: usize, check_needy: bool) {
+        let Some(a) = self.active[slot] else { return };
+        let window = cx.config.grant_window(self.num_active());
+        let Some(m) = cx.rpcs.get(a.entry.rpc).and_then(|r| r.msgin.as_ref()) else { return };
+        if !m.grantable {
+            return;
+        }
+        let wanted = i64::from(m.received()) + i64::from(window) - i64::from(m.granted);
+        if wanted <= 0 {
+            return;
+        }
+        let mut delta = (wanted as u32).min(m.length - m.granted);
+        let headroom = i64::from(cx.config.max_incoming) - self.total_incoming as i64;
+        let any_needy = self.active.iter().flatten().any(|a| a.needy);
+        if headroom <= 0 || (check_needy && any_needy) {
+            self.set_needy(slot);
+            return;
+        }
+        let fully = u64::from(delta) <= headroom as u64;
+        if !fully {
+            delta = headroom as u32;
+        }
+        let rank = self
+            .active
+            .iter()
+            .flatten()
+            .filter(|o| o.entry.rpc != a.entry.rpc && outranks(o.entry.rank(), a.entry.rank()))
+            .count();
+        let priority = self.grant_priority(cx, rank);
+        let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
+        let Some(m) = r.msgin.as_mut() else { return };
+        m.granted += delta;
+        m.rec_incoming += delta;
+        let grant = ControlBody::Grant { offset: m.granted, priority };
+        let control = Control {
+            to: r.addr,
+            sport: r.local_port,
+            dport: r.remote_port,
+            id: r.id,
+            body: grant,
+        };
+        self.total_incoming += u64::from(delta);
+        cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
+        cx.metrics.granted_bytes += u64::from(delta);
+        push_control(cx, control);
+        self.check_fifo(cx);
+        if !fully {
+            self.set_needy(slot);
+        }
+    }
+
+    fn set_needy(&mut self, slot: usize) {
+        if let Some(a) = self.active[slot].as_mut() {
+            a.needy = true;
+        }
+    }
+
+    /// Spends free `max_incoming` headroom on needy messages, best first
+    /// (`homa_grant_check_needy`).
+    fn check_needy(&mut self, cx: &mut GrantCx<'_>) {
+        while self.total_incoming < u64::from(cx.config.max_incoming) {
+            let best = (0..self.slots)
+                .filter_map(|s| self.active[s].filter(|a| a.needy).map(|a| (s, a.entry.rank())))
+                .min_by(|x, y| {
+                    if outranks(x.1, y.1) {
+                        core::cmp::Ordering::Less
+                    } else if outranks(y.1, x.1) {
+                        core::cmp::Ordering::Greater
+                    } else {
+                        x.0.cmp(&y.0)
+                    }
+                });
+            let Some((slot, _)) = best else { return };
+            if let Some(a) = self.active[slot].as_mut() {
+                a.needy = false;
+            }
+            self.try_send(cx, slot, false);
+        }
+    }
+
+    /// Every FIFO interval, grants `fifo_grant_increment` more bytes to the oldest message
+    /// still missing grants (`homa_grant_check_fifo`). Runs whenever a grant goes out.
+    fn check_fifo(&mut self, cx: &mut GrantCx<'_>) {
+        if cx.now < self.next_fifo_grant {
+            return;
+        }
+        let Some(interval) = cx.config.fifo_grant_interval() else { return };
+        self.next_fifo_grant = cx.now + interval;
+        let increment = cx.config.fifo_grant_increment;
+        // A message holding this much ungranted-received is not answering FIFO grants.
+        let limit = cx.config.grant_window(self.num_active()).saturating_add(2 * increment);
+        let wants_fifo = |cx: &GrantCx<'_>, rpc: RpcRef| {
+            cx.rpcs
+                .get(rpc)
+                .and_then(|r| r.msgin.as_ref())
+                .is_some_and(|m| m.grantable && m.rec_incoming < limit && m.granted < m.length)
+        };
+        if self.oldest.is_some_and(|o| !wants_fifo(cx, o)) {
+            self.oldest = None;
+        }
+        if self.oldest.is_none() {
+            self.oldest = self
+                .waiting
+                .iter()
+                .chain(self.active.iter().flatten().map(|a| &a.entry))
+                .filter(|e| wants_fifo(cx, e.rpc))
+                .min_by_key(|e| e.birth)
+                .map(|e| e.rpc);
+        }
+        let Some(rpc) = self.oldest else { return };
+        let priority = high_priority(cx.config.num_priorities);
+        let Some(r) = cx.rpcs.get_mut(rpc) else { return };
+        let Some(m) = r.msgin.as_mut() else { return };
+        m.granted = m.granted.saturating_add(increment).min(m.length);
+        let grant = ControlBody::Grant { offset: m.granted, priority };
+        let control = Control {
+            to: r.addr,
+            sport: r.local_port,
+            dport: r.remote_port,
+            id: r.id,
+            body: grant,
+        };
+        cx.metrics.fifo_grants += 1;
+        self.update_incoming(cx, rpc);
+        push_control(cx, control);
+    }
+}
+
+/// The next-to-highest level, for boosts that must not compete with control packets
+/// (`homa_high_priority`).
+pub(crate) fn high_priority(num_priorities: u8) -> u8 {
+    num_priorities.saturating_sub(2)
+}
+
+fn push_control(cx: &mut GrantCx<'_>, control: Control) {
+    if !cx.tx.push_control(control, cx.config.max_pending_control) {
+        cx.metrics.control_overflow += 1;
+    }
+}

@@ -1,0 +1,171 @@
+//! What the sender puts on the wire next.
+//!
+//! Order of service: control packets first (they are small and steer everyone else), then
+//! retransmissions (never held back), then new data of the message with the fewest bytes
+//! left (SRPT), except that every `1000 / pacer_fifo_fraction`-th pick goes to the oldest
+//! message so long ones are not starved. New data waits while the pacer's estimate of the
+//! NIC queue exceeds `max_nic_est_backlog_usecs`, unless its message has at most
+//! `defer_min_bytes` left.
+
+use alloc::collections::{BinaryHeap, VecDeque};
+use core::cmp::Reverse;
+use core::net::SocketAddr;
+
+use crate::Instant;
+use crate::rpc::RpcRef;
+use crate::time::Duration;
+use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
+
+/// A control packet waiting to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Control {
+    pub(crate) to: SocketAddr,
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+    /// `sender_id`: the RPC id as this endpoint knows it.
+    pub(crate) id: u64,
+    pub(crate) body: ControlBody,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ControlBody {
+    Grant { offset: u32, priority: u8 },
+    Resend { offset: u32, length: u32, priority: u8 },
+    RpcUnknown,
+    Busy,
+    Cutoffs { cutoffs: [u32; MAX_PRIORITIES as usize], version: u16 },
+    NeedAck,
+    Ack { acks: [Ack; MAX_ACKS], count: u8 },
+}
+
+/// Estimates when the NIC's queue drains (`homa_pacer_check_nic_q`).
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    /// When the link will have sent everything handed to it so far.
+    link_idle: Instant,
+    max_backlog: Duration,
+}
+
+impl Pacer {
+    pub(crate) fn new(max_backlog: Duration) -> Pacer {
+        Pacer { link_idle: 0, max_backlog }
+    }
+
+    /// Whether the queue is short enough for a deferrable packet now.
+    pub(crate) fn may_send(&self, now: Instant) -> bool {
+        self.link_idle <= now + self.max_backlog
+    }
+
+    /// When a deferrable packet may go.
+    pub(crate) fn next_slot(&self) -> Instant {
+        self.link_idle.saturating_sub(self.max_backlog)
+    }
+
+    /// Accounts for a packet taking `wire_time` on the link.
+    pub(crate) fn record(&mut self, now: Instant, wire_time: Duration) {
+        self.link_idle = self.link_idle.max(now) + wire_time;
+    }
+}
+
+/// Key of a message in the SRPT queue: fewest bytes left first, then oldest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct TxKey {
+    pub(crate) bytes_left: u32,
+    pub(crate) birth: u64,
+    pub(crate) rpc: RpcRef,
+}
+
+#[derive(Debug)]
+pub(crate) struct TxQueues {
+    pub(crate) control: VecDeque<Control>,
+    /// RPCs with retransmissions waiting, in arrival order of the requests.
+    pub(crate) resends: VecDeque<RpcRef>,
+    /// Messages with new data to send. Entries are refreshed lazily: an entry whose key no
+    /// longer matches its message (or whose RPC ended) is skipped.
+    srpt: BinaryHeap<Reverse<TxKey>>,
+    pub(crate) pacer: Pacer,
+    /// Counts down to the next FIFO pick (thousandths, as the module's `fifo_count`).
+    fifo_count: i32,
+    fifo_fraction: i32,
+}
+
+impl TxQueues {
+    pub(crate) fn new(max_backlog: Duration, pacer_fifo_fraction: u32) -> TxQueues {
+        TxQueues {
+            control: VecDeque::new(),
+            resends: VecDeque::new(),
+            srpt: BinaryHeap::new(),
+            pacer: Pacer::new(max_backlog),
+            fifo_count: 1000,
+            fifo_fraction: pacer_fifo_fraction as i32,
+        }
+    }
+
+    /// Queues a control packet unless `limit` are already waiting; false if dropped.
+    pub(crate) fn push_control(&mut self, control: Control, limit: u32) -> bool {
+        if self.control.len() >= limit as usize {
+            return false;
+        }
+        self.control.push_back(control);
+        true
+    }
+
+    pub(crate) fn push(&mut self, key: TxKey) {
+        self.srpt.push(Reverse(key));
+    }
+
+    pub(crate) fn peek(&self) -> Option<TxKey> {
+        self.srpt.peek().map(|Reverse(k)| *k)
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<TxKey> {
+        self.srpt.pop().map(|Reverse(k)| k)
+    }
+
+    /// Whether this pick should go to the oldest message instead of the shortest.
+    pub(crate) fn fifo_turn(&mut self) -> bool {
+        if self.fifo_fraction == 0 {
+            return false;
+        }
+        self.fifo_count -= self.fifo_fraction;
+        if self.fifo_count <= 0 {
+            self.fifo_count += 1000;
+            return true;
+        }
+        false
+    }
+
+    /// The queued messages, in no particular order (for the FIFO pick).
+    pub(crate) fn queued(&self) -> impl Iterator<Item = TxKey> + '_ {
+        self.srpt.iter().map(|Reverse(k)| *k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_allows_a_bounded_backlog() {
+        let mut p = Pacer::new(5_000);
+        assert!(p.may_send(0));
+        for _ in 0..10 {
+            p.record(0, 1_000);
+        }
+        assert!(!p.may_send(0));
+        assert_eq!(p.next_slot(), 5_000);
+        assert!(p.may_send(5_000));
+        // An idle link does not bank credit.
+        p.record(100_000, 1_000);
+        assert_eq!(p.next_slot(), 96_000);
+    }
+
+    #[test]
+    fn fifo_turn_every_twentieth_pick() {
+        let mut q = TxQueues::new(0, 50);
+        let turns: usize = (0..100).filter(|_| q.fifo_turn()).count();
+        assert_eq!(turns, 5);
+        let mut never = TxQueues::new(0, 0);
+        assert!((0..100).all(|_| !never.fifo_turn()));
+    }
+}

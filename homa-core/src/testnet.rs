@@ -1,0 +1,543 @@
+//! A deterministic network for testing and simulating endpoints (feature `testnet`).
+//!
+//! Hosts (each an [`Endpoint`]) and switches are joined by one-way links. A link has a rate,
+//! a propagation delay, eight strict-priority output queues with an optional byte limit, and
+//! seeded faults (loss, duplication, extra delay that reorders, corruption). Packets are
+//! stored and forwarded whole. Time is virtual and the only randomness is the seed, so the
+//! same construction and inputs give the same run.
+//!
+//! The network drives every endpoint by its contract: after each input it drains the
+//! endpoint's packets into the host's outgoing link and its events to the [`App`], then
+//! schedules the endpoint's next deadline.
+
+use alloc::boxed::Box;
+use alloc::collections::{BinaryHeap, VecDeque};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cmp::Reverse;
+use core::net::SocketAddr;
+
+use crate::time::{Duration, Instant};
+use crate::{Endpoint, Event};
+
+/// Index of a node (host or switch).
+pub type NodeId = usize;
+/// Index of a link.
+pub type LinkId = usize;
+
+/// Priority levels a link queue distinguishes.
+pub const LEVELS: usize = 8;
+
+/// The application logic run at hosts: it sees every event and may call the endpoint.
+pub trait App {
+    fn on_event(&mut self, now: Instant, host: NodeId, endpoint: &mut Endpoint, event: Event);
+}
+
+/// Collects events per host, for tests that inspect them afterwards.
+#[derive(Debug, Default)]
+pub struct Collect {
+    pub events: Vec<(Instant, NodeId, Event)>,
+}
+
+impl App for Collect {
+    fn on_event(&mut self, now: Instant, host: NodeId, _: &mut Endpoint, event: Event) {
+        self.events.push((now, host, event));
+    }
+}
+
+/// A small seeded PRNG (SplitMix64): fast, and the same everywhere.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [0, n); n > 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.next_f64() < p
+    }
+}
+
+/// Seeded misbehaviour of a link, each a per-packet probability.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    pub loss: f64,
+    pub duplicate: f64,
+    /// Probability a packet is held back by up to `reorder_delay` extra.
+    pub reorder: f64,
+    pub reorder_delay: Duration,
+    /// Probability one random bit of the packet is flipped.
+    pub corrupt: f64,
+}
+
+/// Counters of one link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub packets: u64,
+    pub bytes: u64,
+    /// Dropped because the queue was at its byte limit.
+    pub overflow_drops: u64,
+    /// Dropped by the loss fault.
+    pub fault_drops: u64,
+    /// Most bytes ever waiting in the queues (not counting the packet on the wire).
+    pub peak_queued: u64,
+}
+
+/// A one-way link and its output queues.
+#[derive(Debug)]
+pub struct Link {
+    pub from: NodeId,
+    pub to: NodeId,
+    /// Bits per second.
+    pub rate_bps: u64,
+    pub delay: Duration,
+    /// Bytes added to each packet's length on the wire (lower headers, framing, gaps).
+    pub overhead: u32,
+    /// Byte limit of the queues together; `None` for unlimited.
+    pub limit: Option<u64>,
+    pub faults: Faults,
+    pub stats: LinkStats,
+    queues: [VecDeque<Packet>; LEVELS],
+    queued: u64,
+    busy: bool,
+}
+
+impl Link {
+    /// Bytes waiting to be sent.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued
+    }
+}
+
+/// A packet in flight between hosts.
+#[derive(Debug, Clone)]
+struct Packet {
+    src: NodeId,
+    dst: NodeId,
+    priority: u8,
+    bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum NodeKind {
+    Host {
+        endpoint: Box<Endpoint>,
+        addr: SocketAddr,
+        uplink: Option<LinkId>,
+        armed: Option<Instant>,
+    },
+    Switch {
+        delay: Duration,
+        routes: Vec<Vec<LinkId>>,
+    },
+}
+
+#[derive(Debug)]
+enum Action {
+    /// A link finished putting its current packet on the wire.
+    LinkFree(LinkId),
+    /// A packet reaches a node.
+    Arrive(NodeId, Packet),
+    /// A switch hands a packet to an output link.
+    Enqueue(LinkId, Packet),
+    /// A host's deadline (stale if the host re-armed differently).
+    Timer(NodeId),
+}
+
+/// The network: nodes, links, pending actions and the virtual clock.
+#[derive(Debug)]
+pub struct Network {
+    now: Instant,
+    nodes: Vec<NodeKind>,
+    links: Vec<Link>,
+    actions: BinaryHeap<Reverse<(Instant, u64, usize)>>,
+    /// Actions by slot, referenced from the heap (keeps heap entries small).
+    slots: Vec<Option<Action>>,
+    free_slots: Vec<usize>,
+    seq: u64,
+    rng: Rng,
+    buf: Vec<u8>,
+    by_addr: Vec<(SocketAddr, NodeId)>,
+    /// Packets handed to hosts whose bytes did not parse.
+    pub malformed: u64,
+    /// Actions executed (a measure of simulation work).
+    pub steps: u64,
+}
+
+impl Network {
+    pub fn new(seed: u64) -> Network {
+        Network {
+            now: 0,
+            nodes: Vec::new(),
+            links: Vec::new(),
+            actions: BinaryHeap::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            seq: 0,
+            rng: Rng::new(seed),
+            buf: Vec::new(),
+            by_addr: Vec::new(),
+            malformed: 0,
+            steps: 0,
+        }
+    }
+
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Adds a host running `endpoint` at transport address `addr`.
+    pub fn add_host(&mut self, addr: SocketAddr, endpoint: Endpoint) -> NodeId {
+        let id = self.nodes.len();
+        let len = endpoint.config().max_packet_len();
+        self.buf.resize(self.buf.len().max(len), 0);
+        self.nodes.push(NodeKind::Host {
+            endpoint: Box::new(endpoint),
+            addr,
+            uplink: None,
+            armed: None,
+        });
+        let at = self.by_addr.partition_point(|(a, _)| *a < addr);
+        self.by_addr.insert(at, (addr, id));
+        id
+    }
+
+    /// Adds a switch that holds each packet `delay` before queueing it on its output link.
+    pub fn add_switch(&mut self, delay: Duration) -> NodeId {
+        self.nodes.push(NodeKind::Switch { delay, routes: Vec::new() });
+        self.nodes.len() - 1
+    }
+
+    /// Adds a one-way link. A host's first outgoing link becomes its uplink.
+    pub fn add_link(&mut self, from: NodeId, to: NodeId, rate_bps: u64, delay: Duration) -> LinkId {
+        let id = self.links.len();
+        self.links.push(Link {
+            from,
+            to,
+            rate_bps,
+            delay,
+            overhead: 0,
+            limit: None,
+            faults: Faults::default(),
+            stats: LinkStats::default(),
+            queues: Default::default(),
+            queued: 0,
+            busy: false,
+        });
+        if let NodeKind::Host { uplink: up @ None, .. } = &mut self.nodes[from] {
+            *up = Some(id);
+        }
+        id
+    }
+
+    /// Adds links both ways; returns (a -> b, b -> a).
+    pub fn connect(
+        &mut self,
+        a: NodeId,
+        b: NodeId,
+        rate_bps: u64,
+        delay: Duration,
+    ) -> (LinkId, LinkId) {
+        (self.add_link(a, b, rate_bps, delay), self.add_link(b, a, rate_bps, delay))
+    }
+
+    /// Routes packets for host `dst` arriving at `switch` over one of `links`, chosen at
+    /// random per packet (spraying) when there are several.
+    pub fn set_route(&mut self, switch: NodeId, dst: NodeId, links: Vec<LinkId>) {
+        if let NodeKind::Switch { routes, .. } = &mut self.nodes[switch] {
+            if routes.len() <= dst {
+                routes.resize(dst + 1, Vec::new());
+            }
+            routes[dst] = links;
+        }
+    }
+
+    pub fn link(&self, id: LinkId) -> &Link {
+        &self.links[id]
+    }
+
+    pub fn link_mut(&mut self, id: LinkId) -> &mut Link {
+        &mut self.links[id]
+    }
+
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// The endpoint of a host.
+    pub fn endpoint(&self, host: NodeId) -> &Endpoint {
+        match &self.nodes[host] {
+            NodeKind::Host { endpoint, .. } => endpoint,
+            NodeKind::Switch { .. } => panic!("node {host} is a switch"),
+        }
+    }
+
+    pub fn addr(&self, host: NodeId) -> SocketAddr {
+        match &self.nodes[host] {
+            NodeKind::Host { addr, .. } => *addr,
+            NodeKind::Switch { .. } => panic!("node {host} is a switch"),
+        }
+    }
+
+    /// Replaces a host's endpoint (a restart: all its state is lost).
+    pub fn replace_endpoint(&mut self, host: NodeId, new: Endpoint) -> Endpoint {
+        let NodeKind::Host { endpoint, .. } = &mut self.nodes[host] else {
+            panic!("node {host} is a switch")
+        };
+        core::mem::replace(endpoint, new)
+    }
+
+    /// Calls the application on a host's endpoint now, then drives the host.
+    pub fn with_endpoint<T>(
+        &mut self,
+        host: NodeId,
+        app: &mut impl App,
+        f: impl FnOnce(Instant, &mut Endpoint) -> T,
+    ) -> T {
+        let now = self.now;
+        let result = match &mut self.nodes[host] {
+            NodeKind::Host { endpoint, .. } => f(now, endpoint),
+            NodeKind::Switch { .. } => panic!("node {host} is a switch"),
+        };
+        self.drive(host, app);
+        result
+    }
+
+    fn schedule(&mut self, at: Instant, action: Action) {
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i] = Some(action);
+                i
+            }
+            None => {
+                self.slots.push(Some(action));
+                self.slots.len() - 1
+            }
+        };
+        self.seq += 1;
+        self.actions.push(Reverse((at, self.seq, slot)));
+    }
+
+    /// Time of the next action, if any.
+    pub fn next_time(&self) -> Option<Instant> {
+        self.actions.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Runs every action up to and including time `until`; the clock ends at `until`.
+    pub fn run_until(&mut self, until: Instant, app: &mut impl App) {
+        while self.next_time().is_some_and(|t| t <= until) {
+            self.step(app);
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Runs until no action is pending (every endpoint idle) or `limit` is reached; returns
+    /// whether the network went idle.
+    pub fn run_until_idle(&mut self, limit: Instant, app: &mut impl App) -> bool {
+        while let Some(t) = self.next_time() {
+            if t > limit {
+                self.now = limit;
+                return false;
+            }
+            self.step(app);
+        }
+        true
+    }
+
+    /// Executes the next action.
+    pub fn step(&mut self, app: &mut impl App) {
+        let Some(Reverse((at, _, slot))) = self.actions.pop() else { return };
+        let action = self.slots[slot].take().expect("scheduled slot holds an action");
+        self.free_slots.push(slot);
+        self.now = self.now.max(at);
+        self.steps += 1;
+        match action {
+            Action::LinkFree(l) => {
+                self.links[l].busy = false;
+                self.start_link(l);
+            }
+            Action::Arrive(node, packet) => self.arrive(node, packet, app),
+            Action::Enqueue(l, packet) => self.enqueue(l, packet),
+            Action::Timer(host) => {
+                let NodeKind::Host { endpoint, armed, .. } = &mut self.nodes[host] else { return };
+                if *armed != Some(at) {
+                    return;
+                }
+                *armed = None;
+                endpoint.handle_timeout(self.now);
+                self.drive(host, app);
+            }
+        }
+    }
+
+    fn arrive(&mut self, node: NodeId, packet: Packet, app: &mut impl App) {
+        if let NodeKind::Switch { delay, routes } = &self.nodes[node] {
+            let Some(choices) = routes.get(packet.dst).filter(|c| !c.is_empty()) else {
+                return; // no route: dropped
+            };
+            let link = match choices.len() {
+                1 => choices[0],
+                n => choices[self.rng.below(n as u64) as usize],
+            };
+            let delay = *delay;
+            if delay == 0 {
+                self.enqueue(link, packet);
+            } else {
+                self.schedule(self.now + delay, Action::Enqueue(link, packet));
+            }
+            return;
+        }
+        let from = self.addr(packet.src);
+        let NodeKind::Host { endpoint, .. } = &mut self.nodes[node] else { return };
+        if endpoint.handle_packet(self.now, from, &packet.bytes).is_err() {
+            self.malformed += 1;
+        }
+        self.drive(node, app);
+    }
+
+    fn enqueue(&mut self, l: LinkId, packet: Packet) {
+        let link = &mut self.links[l];
+        let len = packet.bytes.len() as u64;
+        if link.limit.is_some_and(|limit| link.queued + len > limit) {
+            link.stats.overflow_drops += 1;
+            return;
+        }
+        link.queued += len;
+        link.stats.peak_queued = link.stats.peak_queued.max(link.queued);
+        let level = usize::from(packet.priority).min(LEVELS - 1);
+        link.queues[level].push_back(packet);
+        self.start_link(l);
+    }
+
+    /// Starts sending the highest-priority waiting packet if the link is idle.
+    fn start_link(&mut self, l: LinkId) {
+        let link = &mut self.links[l];
+        if link.busy {
+            return;
+        }
+        let Some(mut packet) = link.queues.iter_mut().rev().find_map(|q| q.pop_front()) else {
+            return;
+        };
+        let len = packet.bytes.len() as u64;
+        link.queued -= len;
+        link.busy = true;
+        link.stats.packets += 1;
+        link.stats.bytes += len;
+        let wire_bits = (len + u64::from(link.overhead)) * 8;
+        let tx_time =
+            (u128::from(wire_bits) * 1_000_000_000 / u128::from(link.rate_bps.max(1))) as u64;
+        let done = self.now + tx_time;
+        let (to, delay, faults) = (link.to, link.delay, link.faults);
+        self.schedule(done, Action::LinkFree(l));
+        if self.rng.chance(faults.loss) {
+            self.links[l].stats.fault_drops += 1;
+            return;
+        }
+        if self.rng.chance(faults.corrupt) && !packet.bytes.is_empty() {
+            let bit = self.rng.below(packet.bytes.len() as u64 * 8);
+            packet.bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+        let mut arrive = done + delay;
+        if self.rng.chance(faults.reorder) {
+            arrive += self.rng.below(faults.reorder_delay.max(1));
+        }
+        if self.rng.chance(faults.duplicate) {
+            self.schedule(arrive, Action::Arrive(to, packet.clone()));
+        }
+        self.schedule(arrive, Action::Arrive(to, packet));
+    }
+
+    /// Drives a host by the contract: drain packets into its uplink and events into the app,
+    /// run timer work that is due, repeat until nothing is ready, then arm its deadline.
+    fn drive(&mut self, host: NodeId, app: &mut impl App) {
+        let mut timeout_ran = false;
+        loop {
+            let mut progressed = false;
+            while let NodeKind::Host { endpoint, uplink, .. } = &mut self.nodes[host]
+                && let Some(t) = endpoint.poll_transmit(self.now, &mut self.buf)
+            {
+                progressed = true;
+                let (Some(uplink), Some(dst)) = (*uplink, self.host_by_addr(t.to)) else {
+                    continue;
+                };
+                let bytes = self.buf[..t.len].to_vec();
+                self.enqueue(uplink, Packet { src: host, dst, priority: t.priority, bytes });
+            }
+            while let NodeKind::Host { endpoint, .. } = &mut self.nodes[host]
+                && let Some(event) = endpoint.poll_event()
+            {
+                progressed = true;
+                app.on_event(self.now, host, endpoint, event);
+            }
+            let NodeKind::Host { endpoint, armed, .. } = &mut self.nodes[host] else { return };
+            let Some(deadline) = endpoint.poll_timeout() else { return };
+            if deadline > self.now {
+                if *armed != Some(deadline) {
+                    *armed = Some(deadline);
+                    self.schedule(deadline, Action::Timer(host));
+                }
+                return;
+            }
+            if timeout_ran && !progressed {
+                // Due now yet nothing moves: look again a nanosecond later.
+                let at = self.now + 1;
+                *armed = Some(at);
+                self.schedule(at, Action::Timer(host));
+                return;
+            }
+            endpoint.handle_timeout(self.now);
+            timeout_ran = true;
+        }
+    }
+
+    fn host_by_addr(&self, addr: SocketAddr) -> Option<NodeId> {
+        let i = self.by_addr.binary_search_by(|(a, _)| a.cmp(&addr)).ok()?;
+        Some(self.by_addr[i].1)
+    }
+}
+
+/// A star: `hosts` hosts around one switch, each with a link of `rate_bps` both ways and
+/// `delay` per hop. Host i has address 198.18.0.(i+1):4000. Returns the network, the host
+/// ids and, per host, its (uplink, downlink).
+pub fn star(
+    seed: u64,
+    endpoints: Vec<Endpoint>,
+    rate_bps: u64,
+    delay: Duration,
+) -> (Network, Vec<NodeId>, Vec<(LinkId, LinkId)>) {
+    let mut net = Network::new(seed);
+    let switch = net.add_switch(0);
+    let mut hosts = vec![];
+    let mut links = vec![];
+    for (i, ep) in endpoints.into_iter().enumerate() {
+        let addr = SocketAddr::from(([198, 18, (i / 250) as u8, (i % 250 + 1) as u8], 4000));
+        let h = net.add_host(addr, ep);
+        let (up, down) = net.connect(h, switch, rate_bps, delay);
+        hosts.push(h);
+        links.push((up, down));
+    }
+    for (i, &h) in hosts.iter().enumerate() {
+        net.set_route(switch, h, vec![links[i].1]);
+    }
+    (net, hosts, links)
+}

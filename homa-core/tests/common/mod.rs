@@ -1,0 +1,95 @@
+//! Shared helpers for the engine's tests: a star network of endpoints and an echo server.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use homa_core::testnet::{self, App, LinkId, Network, NodeId};
+use homa_core::{Config, Endpoint, Event, FailReason};
+
+pub(crate) const SERVER_PORT: u16 = 99;
+pub(crate) const GBPS: u64 = 1_000_000_000;
+pub(crate) const MS: u64 = 1_000_000;
+
+/// Answers every request with its own bytes, and records what clients receive.
+#[derive(Debug, Default)]
+pub(crate) struct Echo {
+    /// Responses by (client host, id).
+    pub(crate) responses: HashMap<(NodeId, u64), Vec<u8>>,
+    pub(crate) failures: Vec<(NodeId, u64, FailReason)>,
+    pub(crate) requests_served: u64,
+    /// Events seen after their RPC already completed (must stay empty).
+    pub(crate) duplicates: u64,
+}
+
+impl App for Echo {
+    fn on_event(&mut self, now: u64, host: NodeId, ep: &mut Endpoint, event: Event) {
+        match event {
+            Event::RequestReceived { rpc, message, .. } => {
+                self.requests_served += 1;
+                ep.send_response(now, rpc, message).expect("respond");
+            }
+            Event::ResponseReceived { id, message, .. } => {
+                if self.responses.insert((host, id), message).is_some() {
+                    self.duplicates += 1;
+                }
+            }
+            Event::RpcFailed { id, reason, .. } => self.failures.push((host, id, reason)),
+        }
+    }
+}
+
+/// A message whose bytes depend on its seed, so mixed-up payloads are caught.
+pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed * 7 + 1) as u8).collect()
+}
+
+/// A star network: hosts around one switch.
+pub(crate) struct Star {
+    pub(crate) net: Network,
+    pub(crate) hosts: Vec<NodeId>,
+    /// Host 0's server port, then each client's ephemeral port.
+    pub(crate) ports: Vec<u16>,
+    /// Per host: (uplink to the switch, downlink from it).
+    pub(crate) links: Vec<(LinkId, LinkId)>,
+}
+
+/// `n` endpoints on a star at `gbps`, 1 µs per hop; host 0 binds SERVER_PORT, the others
+/// take an ephemeral port each.
+pub(crate) fn star(n: usize, config: Config, gbps: u64, seed: u64) -> Star {
+    let mut ports = vec![];
+    let endpoints = (0..n)
+        .map(|i| {
+            let mut ep =
+                Endpoint::new(Config { link_mbps: (gbps * 1000) as u32, ..config.clone() })
+                    .unwrap();
+            if i == 0 {
+                ep.bind(SERVER_PORT).unwrap();
+                ports.push(SERVER_PORT);
+            } else {
+                ports.push(ep.bind_ephemeral().unwrap());
+            }
+            ep
+        })
+        .collect();
+    let (mut net, hosts, links) = testnet::star(seed, endpoints, gbps * GBPS, 1_000);
+    for &(up, down) in &links {
+        net.link_mut(up).overhead = 62;
+        net.link_mut(down).overhead = 62;
+    }
+    Star { net, hosts, ports, links }
+}
+
+/// Starts an RPC from `client` to host 0's server port.
+pub(crate) fn call(
+    net: &mut Network,
+    app: &mut impl App,
+    client: NodeId,
+    port: u16,
+    server: NodeId,
+    message: Vec<u8>,
+) -> u64 {
+    let dest = net.addr(server);
+    net.with_endpoint(client, app, |now, ep| {
+        ep.send_request(now, port, dest, SERVER_PORT, message, 0).unwrap()
+    })
+}

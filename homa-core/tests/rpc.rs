@@ -1,0 +1,43 @@
+//! RPCs end to end between endpoints on the deterministic network.
+
+mod common;
+
+use common::*;
+use homa_core::{ApiError, Config, Endpoint};
+
+fn round_trip(len: usize) {
+    let Star { mut net, hosts, ports, .. } = star(2, Config::default(), 10, 1);
+    let mut app = Echo::default();
+    let msg = pattern(len, len as u64);
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], msg.clone());
+    assert!(net.run_until_idle(10_000 * MS, &mut app), "network did not go idle");
+    assert_eq!(app.failures, vec![]);
+    let got =
+        app.responses.get(&(hosts[1], id)).unwrap_or_else(|| panic!("no response for {len} bytes"));
+    assert!(got == &msg, "payload of {len} bytes corrupted");
+    assert_eq!(app.duplicates, 0);
+    // Once idle, both sides have forgotten the RPC (the server got its ack via NEED_ACK).
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0, "server state left for {len} bytes");
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0, "client state left for {len} bytes");
+}
+
+#[test]
+fn rpcs_of_every_boundary_size() {
+    for len in [1, 1423, 1424, 1425, 40_000, 40_001, 500_000, 1_000_000] {
+        round_trip(len);
+    }
+}
+
+#[test]
+fn bad_message_lengths_are_rejected() {
+    let mut ep = Endpoint::new(Config::default()).unwrap();
+    let port = ep.bind_ephemeral().unwrap();
+    let dest = "198.18.0.1:4000".parse().unwrap();
+    assert_eq!(ep.send_request(0, port, dest, 1, Vec::new(), 0), Err(ApiError::MessageLength(0)));
+    assert_eq!(
+        ep.send_request(0, port, dest, 1, vec![0; 1_000_001], 0),
+        Err(ApiError::MessageLength(1_000_001))
+    );
+    assert_eq!(ep.rpc_count(), 0);
+    assert_eq!(ep.poll_timeout(), None, "a rejected call leaves nothing to do");
+}
