@@ -799,7 +799,9 @@ impl Endpoint {
     }
 
     /// Runs `f` on the grant scheduler with the state it reads and writes.
-    fn grant_cx<T>(&mut self, f: impl FnOnce(&mut Grants, &mut GrantCx<'_>) -> T) -> T {
+    /// Runs `f` on the grant scheduler with the state it reads and writes; afterwards every
+    /// message granted to is owed data, so its loss timer starts.
+    fn grant_cx(&mut self, f: impl FnOnce(&mut Grants, &mut GrantCx<'_>)) {
         let mut cx = GrantCx {
             rpcs: &mut self.rpcs,
             peers: &mut self.peers,
@@ -808,7 +810,10 @@ impl Endpoint {
             metrics: &mut self.metrics,
             now: self.now,
         };
-        f(&mut self.grants, &mut cx)
+        f(&mut self.grants, &mut cx);
+        while let Some(r) = self.grants.take_granted() {
+            self.refresh_worry(r);
+        }
     }
 
     /// A message is complete: hand it to the application.
@@ -1101,7 +1106,7 @@ impl Endpoint {
 
     /// Frees an RPC and everything it holds.
     fn end_rpc(&mut self, r: RpcRef) {
-        self.grant_cx(|g, cx| g.unmanage(cx, r));
+        self.grant_cx(|g, cx| g.end_rpc(cx, r));
         let Some(x) = self.rpcs.remove(r) else { return };
         self.rx_bytes -= x.rx_bytes();
         self.tx_bytes -= x.tx_bytes();

@@ -1,8 +1,76 @@
 //! Homa, the receiver-driven datacenter transport, as a sans-IO state machine.
 //!
 //! This crate holds the protocol and nothing else: no sockets, threads, clocks or
-//! randomness. [`wire`] encodes and decodes every packet exactly as the Linux kernel
-//! module (HomaModule) puts it on the wire.
+//! randomness. [`wire`] encodes and decodes every packet exactly as the Linux kernel module
+//! (HomaModule) puts it on the wire; [`Endpoint`] is one host's Homa stack, behaving as the
+//! module does: RPCs with at-most-once servers, unscheduled bytes then receiver grants in
+//! SRPT order with overcommitment, priorities from CUTOFFS and GRANTs, a pacer, and
+//! receiver-driven loss recovery.
+//!
+//! # Driving an `Endpoint`
+//!
+//! The caller owns the socket and the clock. Inputs are [`Endpoint::handle_packet`],
+//! [`Endpoint::handle_timeout`] and the API calls (`send_request`, `send_response`, `abort`,
+//! `bind`, ...); each takes the current time as an [`Instant`] (nanoseconds from any origin).
+//! Outputs are packets ([`Endpoint::poll_transmit`]), events ([`Endpoint::poll_event`]) and a
+//! deadline ([`Endpoint::poll_timeout`]). The rule:
+//!
+//! 1. after **any** input, call `poll_transmit` until it returns `None` and `poll_event`
+//!    until it returns `None`;
+//! 2. then read `poll_timeout` and sleep until that time or until a packet arrives;
+//! 3. when the deadline passes, call `handle_timeout(now)` and go to 1.
+//!
+//! `poll_timeout` returns a time at or before now whenever output is ready (including the
+//! pacer's next slot), so a loop that follows the rule never stalls; calling
+//! `handle_timeout` early is harmless, and an idle `poll_timeout` is O(1).
+//!
+//! ```
+//! use homa_core::{Config, Endpoint, Event};
+//! use std::net::SocketAddr;
+//!
+//! let (a_addr, b_addr): (SocketAddr, SocketAddr) =
+//!     ("198.18.0.1:4000".parse().unwrap(), "198.18.0.2:4000".parse().unwrap());
+//! let mut client = Endpoint::new(Config::default()).unwrap();
+//! let mut server = Endpoint::new(Config::default()).unwrap();
+//! server.bind(99).unwrap();
+//! let port = client.bind_ephemeral().unwrap();
+//!
+//! let mut now = 0;
+//! let id = client.send_request(now, port, b_addr, 99, b"ping".to_vec(), 7).unwrap();
+//! let mut buf = vec![0; client.config().max_packet_len()];
+//! let mut response = None;
+//! while response.is_none() {
+//!     // Move every ready packet across (a real driver sends them on a socket).
+//!     while let Some(t) = client.poll_transmit(now, &mut buf) {
+//!         server.handle_packet(now, a_addr, &buf[..t.len]).unwrap();
+//!     }
+//!     while let Some(t) = server.poll_transmit(now, &mut buf) {
+//!         client.handle_packet(now, b_addr, &buf[..t.len]).unwrap();
+//!     }
+//!     while let Some(event) = server.poll_event() {
+//!         if let Event::RequestReceived { rpc, message, .. } = event {
+//!             server.send_response(now, rpc, message).unwrap(); // echo
+//!         }
+//!     }
+//!     while let Some(event) = client.poll_event() {
+//!         response = Some(event);
+//!     }
+//!     // Nothing ready: jump to the next deadline (a real driver sleeps until it).
+//!     if let Some(deadline) = client.poll_timeout().into_iter().chain(server.poll_timeout()).min() {
+//!         now = now.max(deadline);
+//!         client.handle_timeout(now);
+//!         server.handle_timeout(now);
+//!     }
+//! }
+//! assert_eq!(response, Some(Event::ResponseReceived { id, cookie: 7, message: b"ping".to_vec() }));
+//! ```
+//!
+//! # Errors
+//!
+//! Malformed bytes give a [`wire::Error`] from `handle_packet` (the packet is dropped and
+//! counted, nothing else changes). API misuse gives an [`ApiError`] and changes nothing.
+//! A failed RPC is one [`Event::RpcFailed`] with the reason. No input from a peer can make
+//! the endpoint panic, and the limits in [`Config`] bound its memory.
 #![no_std]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

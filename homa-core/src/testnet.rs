@@ -164,8 +164,10 @@ enum Action {
     Timer(NodeId),
 }
 
+/// Sees every packet delivered to a host: (time, from, to, bytes).
+pub type Tap = Box<dyn FnMut(Instant, SocketAddr, SocketAddr, &[u8])>;
+
 /// The network: nodes, links, pending actions and the virtual clock.
-#[derive(Debug)]
 pub struct Network {
     now: Instant,
     nodes: Vec<NodeKind>,
@@ -182,6 +184,14 @@ pub struct Network {
     pub malformed: u64,
     /// Actions executed (a measure of simulation work).
     pub steps: u64,
+    /// Optional observer of delivered packets (for debugging and traces).
+    pub tap: Option<Tap>,
+}
+
+impl core::fmt::Debug for Network {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Network").field("now", &self.now).field("nodes", &self.nodes.len()).finish()
+    }
 }
 
 impl Network {
@@ -199,6 +209,7 @@ impl Network {
             by_addr: Vec::new(),
             malformed: 0,
             steps: 0,
+            tap: None,
         }
     }
 
@@ -408,6 +419,10 @@ impl Network {
             return;
         }
         let from = self.addr(packet.src);
+        let to = self.addr(node);
+        if let Some(tap) = self.tap.as_mut() {
+            tap(self.now, from, to, &packet.bytes);
+        }
         let NodeKind::Host { endpoint, .. } = &mut self.nodes[node] else { return };
         if endpoint.handle_packet(self.now, from, &packet.bytes).is_err() {
             self.malformed += 1;

@@ -71,6 +71,9 @@ pub(crate) struct Grants {
     /// Target of FIFO grants until it stops needing them.
     oldest: Option<RpcRef>,
     next_fifo_grant: Instant,
+    /// Messages granted to since the caller last drained this list: they are now owed data,
+    /// which the endpoint's timers must watch.
+    granted: Vec<RpcRef>,
 }
 
 impl Grants {
@@ -82,6 +85,7 @@ impl Grants {
             total_incoming: 0,
             oldest: None,
             next_fifo_grant: 0,
+            granted: Vec::new(),
         }
     }
 
@@ -95,6 +99,11 @@ impl Grants {
 
     pub(crate) fn total_incoming(&self) -> u64 {
         self.total_incoming
+    }
+
+    /// Takes the next message granted to since the last call.
+    pub(crate) fn take_granted(&mut self) -> Option<RpcRef> {
+        self.granted.pop()
     }
 
     fn slot_of(&self, rpc: RpcRef) -> Option<usize> {
@@ -129,9 +138,16 @@ impl Grants {
         self.check_needy(cx);
     }
 
-    /// Stops granting to a message (complete, aborted or timed out) and hands its active
-    /// slot, if any, to the best waiting message (`homa_grant_unmanage_rpc`).
-    pub(crate) fn unmanage(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+    /// A message's RPC ends before the message completed (aborted, timed out, acked): stop
+    /// granting to it and let the others use the room it leaves.
+    pub(crate) fn end_rpc(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        self.unmanage(cx, rpc);
+        self.check_needy(cx);
+    }
+
+    /// Stops granting to a message and hands its active slot, if any, to the best waiting
+    /// message (`homa_grant_unmanage_rpc`).
+    fn unmanage(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
         let Some(r) = cx.rpcs.get_mut(rpc) else { return };
         let Some(m) = r.msgin.as_mut().filter(|m| m.grantable) else { return };
         m.grantable = false;
@@ -327,6 +343,7 @@ impl Grants {
         cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
+        self.granted.push(a.entry.rpc);
         self.check_fifo(cx);
         if !fully {
             self.set_needy(slot);
@@ -407,6 +424,7 @@ impl Grants {
         cx.metrics.fifo_grants += 1;
         self.update_incoming(cx, rpc);
         push_control(cx, control);
+        self.granted.push(rpc);
     }
 }
 

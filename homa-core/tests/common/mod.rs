@@ -93,3 +93,9 @@ pub(crate) fn call(
         ep.send_request(now, port, dest, SERVER_PORT, message, 0).unwrap()
     })
 }
+
+/// Runs until idle (asserting it gets there by `limit_ms` of virtual time).
+pub(crate) fn settle(net: &mut Network, app: &mut impl App, limit_ms: u64) {
+    let limit = net.now() + limit_ms * MS;
+    assert!(net.run_until_idle(limit, app), "network still busy after {limit_ms} ms");
+}

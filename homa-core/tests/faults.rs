@@ -1,0 +1,151 @@
+//! Loss, reordering, duplication, dead peers and restarted servers.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use homa_core::testnet::{App, Faults, NodeId, Rng};
+use homa_core::{Config, Endpoint, Event, FailReason};
+
+/// `count` RPCs of mixed sizes through a network that loses `loss` of all packets end to end
+/// (the faults sit on each host's downlink, which every path crosses once), and duplicates
+/// and reorders some. Every RPC must complete exactly once with its payload, and no state may
+/// remain afterwards.
+pub(crate) fn survive(loss: f64, count: u64, seed: u64) {
+    let Star { mut net, hosts, ports, links } = star(4, Config::default(), 10, seed);
+    let faults =
+        Faults { loss, duplicate: 0.02, reorder: 0.05, reorder_delay: 20_000, corrupt: 0.0 };
+    for &(_, down) in &links {
+        net.link_mut(down).faults = faults;
+    }
+    let mut app = Echo::default();
+    let mut rng = Rng::new(seed);
+    let mut sent: HashMap<(NodeId, u64), Vec<u8>> = HashMap::new();
+    for i in 0..count {
+        let c = 1 + rng.below(3) as usize;
+        let len = match rng.below(4) {
+            0 => 1 + rng.below(100),
+            1 => 1 + rng.below(5000),
+            2 => 1 + rng.below(60_000),
+            _ => 1 + rng.below(300_000),
+        } as usize;
+        let msg = pattern(len, i);
+        let id = call(&mut net, &mut app, hosts[c], ports[c], hosts[0], msg.clone());
+        sent.insert((hosts[c], id), msg);
+    }
+    settle(&mut net, &mut app, 600_000);
+    assert_eq!(app.failures, vec![], "loss {loss}: RPCs failed");
+    assert_eq!(app.duplicates, 0, "loss {loss}: a response was delivered twice");
+    assert_eq!(app.responses.len(), sent.len(), "loss {loss}: responses missing");
+    for (key, msg) in &sent {
+        assert!(app.responses.get(key) == Some(msg), "loss {loss}: RPC {key:?} payload differs");
+    }
+    for &h in &hosts {
+        assert_eq!(net.endpoint(h).rpc_count(), 0, "loss {loss}: host {h} kept RPC state");
+    }
+}
+
+#[test]
+fn one_percent_loss() {
+    survive(0.01, 200, 1);
+}
+
+#[test]
+fn ten_percent_loss() {
+    survive(0.10, 100, 2);
+}
+
+#[test]
+fn thirty_percent_loss() {
+    survive(0.30, 60, 3);
+}
+
+#[test]
+fn a_dead_peer_times_out_and_leaves_nothing() {
+    let config = Config::default();
+    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 5);
+    // The server is gone: everything sent to it vanishes.
+    net.link_mut(links[0].1).faults.loss = 1.0;
+    let mut app = Echo::default();
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(5000, 1));
+    let start = net.now();
+    settle(&mut net, &mut app, 1000);
+    assert_eq!(app.failures, vec![(hosts[1], id, FailReason::Timeout)]);
+    let tick = config.tick();
+    let elapsed = net.now() - start;
+    let timeout = u64::from(config.timeout_ticks) * tick;
+    // Silence starts within the first tick; the abort comes at the timeout tick after it.
+    assert!(elapsed >= timeout && elapsed <= timeout + 2 * tick, "timed out after {elapsed} ns");
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
+    let m = net.endpoint(hosts[1]).metrics();
+    assert_eq!(m.client_timeouts, 1);
+    // RESEND(0, all) every resend_interval after resend_ticks, until the timeout.
+    let resends = (config.timeout_ticks - config.resend_ticks) / config.resend_interval;
+    assert_eq!(m.packets_out_by_type[2], u64::from(resends));
+}
+
+/// Echo, except that while `hold` is set requests are kept unanswered.
+#[derive(Default)]
+struct Holding {
+    echo: Echo,
+    hold: bool,
+    held: usize,
+}
+
+impl App for Holding {
+    fn on_event(&mut self, now: u64, host: NodeId, ep: &mut Endpoint, event: Event) {
+        if self.hold && matches!(event, Event::RequestReceived { .. }) {
+            self.held += 1;
+            return;
+        }
+        self.echo.on_event(now, host, ep, event);
+    }
+}
+
+#[test]
+fn a_restarted_server_is_recovered_through_rpc_unknown() {
+    let config = Config { link_mbps: 10_000, ..Config::default() };
+    let Star { mut net, hosts, ports, .. } = star(2, config.clone(), 10, 6);
+    let mut app = Holding { hold: true, ..Holding::default() };
+    let msg = pattern(300_000, 9);
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], msg.clone());
+    // The server receives the whole request, then restarts before answering: it loses the RPC.
+    while app.held == 0 {
+        net.step(&mut app);
+    }
+    let mut fresh = Endpoint::new(config).unwrap();
+    fresh.bind(SERVER_PORT).unwrap();
+    net.replace_endpoint(hosts[0], fresh);
+    app.hold = false;
+    settle(&mut net, &mut app, 1000);
+    assert_eq!(app.echo.failures, vec![]);
+    assert!(app.echo.responses.get(&(hosts[1], id)) == Some(&msg));
+    let client = net.endpoint(hosts[1]).metrics();
+    let server = net.endpoint(hosts[0]).metrics();
+    assert_eq!(client.restarts, 1, "the client restarted the RPC once");
+    assert_eq!(server.packets_out_by_type[3], 1, "the new server sent one RPC_UNKNOWN");
+    assert_eq!(server.requests_received, 1);
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
+}
+
+#[test]
+fn a_server_restarted_mid_request_recovers_the_missing_bytes() {
+    let config = Config { link_mbps: 10_000, ..Config::default() };
+    let Star { mut net, hosts, ports, .. } = star(2, config.clone(), 10, 6);
+    let mut app = Echo::default();
+    let msg = pattern(300_000, 9);
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], msg.clone());
+    net.run_until(60_000, &mut app);
+    assert!(net.endpoint(hosts[0]).metrics().packets_in_by_type[0] > 0);
+    let mut fresh = Endpoint::new(config).unwrap();
+    fresh.bind(SERVER_PORT).unwrap();
+    net.replace_endpoint(hosts[0], fresh);
+    settle(&mut net, &mut app, 1000);
+    assert!(app.responses.get(&(hosts[1], id)) == Some(&msg));
+    // The new server saw the message from its middle and asked for the start.
+    assert!(net.endpoint(hosts[0]).metrics().packets_out_by_type[2] > 0);
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
+}
