@@ -413,6 +413,9 @@ impl Endpoint {
             return None;
         }
         let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };
+        if key == top {
+            self.tx.pop(); // requeued below with its new key if it has more to send
+        }
         let x = self.rpcs.get(key.rpc)?;
         let m = x.msgout.as_ref()?;
         let start = m.next_offset;
@@ -431,8 +434,8 @@ impl Endpoint {
         let fully_sent = end == m.length;
         let bytes_left = m.bytes_left();
         let still_sendable = m.can_send_new();
-        // The message's queue entry now has a stale key; queue it afresh if it has more to
-        // send (an entry for it still in the heap is skipped as stale).
+        // Queue it afresh under its new key if it has more to send (after a FIFO pick, its
+        // old entry stays in the heap and is skipped as stale).
         x.tx_queued = false;
         if still_sendable {
             x.tx_queued = true;
@@ -881,6 +884,9 @@ impl Endpoint {
             self.push_control(reply(ControlBody::RpcUnknown));
             return true;
         };
+        // The peer is alive and waiting on us (the module does not count this; we do, so a
+        // server waiting for grants does not time out while its client asks for data).
+        self.reset_silence(r);
         let Some(x) = self.rpcs.get_mut(r) else { return true };
         let sending = x.is_client() || x.state == State::Outgoing;
         let Some(m) = x.msgout.as_mut().filter(|_| sending) else {
@@ -1022,7 +1028,9 @@ impl Endpoint {
             return;
         }
         let since = x.timer.silent_since;
-        if silent >= resend && (silent - resend).is_multiple_of(interval) {
+        // A server waiting for grants has nothing to ask for; it only times out.
+        let may_ask = x.is_client() || x.state == State::Incoming;
+        if may_ask && silent >= resend && (silent - resend).is_multiple_of(interval) {
             self.request_retransmission(r);
         }
         let next_resend = if silent < resend {
@@ -1033,15 +1041,19 @@ impl Endpoint {
         self.arm(r, next_resend.min(since + timeout));
     }
 
-    /// Whether an RPC is owed data and should count silent ticks (spec §2.6): receiving with
-    /// granted bytes outstanding, or a client that sent all it may and awaits a response.
-    fn owed_data(x: &Rpc) -> bool {
+    /// Whether an RPC waits on its peer and counts silent ticks (spec §2.6): receiving with
+    /// granted bytes outstanding, or having sent all it may (a client then awaits the
+    /// response; a server awaits grants for the rest of its response).
+    ///
+    /// The module never times out a server waiting for grants; we do, so a vanished client
+    /// cannot pin a response in memory forever.
+    fn waits_on_peer(x: &Rpc) -> bool {
         match x.state {
             State::Incoming => x.msgin.as_ref().is_some_and(|m| m.received() < m.granted),
-            State::Outgoing if x.is_client() => {
-                x.msgout.as_ref().is_some_and(|m| m.next_offset >= m.granted)
-            }
-            _ => false,
+            State::Outgoing => x.msgout.as_ref().is_some_and(|m| {
+                m.next_offset >= m.granted && (x.is_client() || m.next_offset < m.length)
+            }),
+            State::InService => false,
         }
     }
 
@@ -1050,7 +1062,7 @@ impl Endpoint {
     fn refresh_worry(&mut self, r: RpcRef) {
         let tick = self.tick();
         let Some(x) = self.rpcs.get_mut(r) else { return };
-        let owed = Self::owed_data(x);
+        let owed = Self::waits_on_peer(x);
         if owed && !x.timer.worried {
             x.timer.silent_since = tick;
         }

@@ -149,3 +149,22 @@ fn a_server_restarted_mid_request_recovers_the_missing_bytes() {
     assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
     assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
 }
+
+#[test]
+fn a_server_whose_client_vanishes_forgets_the_rpc() {
+    let config = Config::default();
+    let Star { mut net, hosts, ports, links } = star(2, config, 10, 12);
+    let mut app = Echo::default();
+    // A large echo: the response needs grants the client will never send.
+    call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(200_000, 1));
+    while app.requests_served == 0 {
+        net.step(&mut app);
+    }
+    net.link_mut(links[1].1).faults.loss = 1.0; // nothing reaches the client any more
+    net.link_mut(links[1].0).faults.loss = 1.0; // and it sends nothing
+    settle(&mut net, &mut app, 1000);
+    let server = net.endpoint(hosts[0]);
+    assert_eq!(server.rpc_count(), 0, "the server still holds the response");
+    assert_eq!(server.metrics().server_timeouts, 1);
+    assert_eq!(server.metrics().tx_bytes, 0);
+}
