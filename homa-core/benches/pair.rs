@@ -1,0 +1,92 @@
+//! Two endpoints wired back to back in memory, for benchmarks and the allocation test.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use homa_core::{Config, Endpoint, Event};
+
+pub(crate) const SERVER_PORT: u16 = 99;
+
+pub(crate) struct Pair {
+    pub(crate) client: Endpoint,
+    pub(crate) server: Endpoint,
+    pub(crate) client_addr: SocketAddr,
+    pub(crate) server_addr: SocketAddr,
+    pub(crate) port: u16,
+    pub(crate) now: u64,
+    buf: Vec<u8>,
+}
+
+impl Pair {
+    pub(crate) fn new(config: Config) -> Pair {
+        let mut client = Endpoint::new(config.clone()).unwrap();
+        let mut server = Endpoint::new(config.clone()).unwrap();
+        server.bind(SERVER_PORT).unwrap();
+        let port = client.bind_ephemeral().unwrap();
+        Pair {
+            client,
+            server,
+            client_addr: "198.18.0.1:4000".parse().unwrap(),
+            server_addr: "198.18.0.2:4000".parse().unwrap(),
+            port,
+            now: 0,
+            buf: vec![0; config.max_packet_len()],
+        }
+    }
+
+    /// Moves packets both ways until neither side has any; the server echoes requests.
+    /// Returns the last response delivered to the client, if any.
+    pub(crate) fn exchange(&mut self) -> Option<Vec<u8>> {
+        let mut response = None;
+        loop {
+            let mut moved = false;
+            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
+                let _ = self.server.handle_packet(self.now, self.client_addr, &self.buf[..t.len]);
+                moved = true;
+            }
+            while let Some(event) = self.server.poll_event() {
+                if let Event::RequestReceived { rpc, message, .. } = event {
+                    self.server.send_response(self.now, rpc, message).unwrap();
+                }
+            }
+            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
+                let _ = self.client.handle_packet(self.now, self.server_addr, &self.buf[..t.len]);
+                moved = true;
+            }
+            while let Some(event) = self.client.poll_event() {
+                if let Event::ResponseReceived { message, .. } = event {
+                    response = Some(message);
+                }
+            }
+            if !moved {
+                return response;
+            }
+        }
+    }
+
+    /// One echo RPC of `message`; time advances by `step` ns and due timers run.
+    pub(crate) fn rpc(&mut self, message: Vec<u8>, step: u64) -> Vec<u8> {
+        self.now += step;
+        for ep in [&mut self.client, &mut self.server] {
+            if ep.poll_timeout().is_some_and(|t| t <= self.now) {
+                ep.handle_timeout(self.now);
+            }
+        }
+        self.client
+            .send_request(self.now, self.port, self.server_addr, SERVER_PORT, message, 0)
+            .unwrap();
+        loop {
+            if let Some(r) = self.exchange() {
+                return r;
+            }
+            // Waiting on the pacer: jump to its slot.
+            let next = [self.client.poll_timeout(), self.server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            self.now = self.now.max(next.expect("an RPC in progress has a deadline"));
+            self.client.handle_timeout(self.now);
+            self.server.handle_timeout(self.now);
+        }
+    }
+}
