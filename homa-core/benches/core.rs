@@ -63,13 +63,13 @@ const TYPES: [PacketType; 6] = [
 ];
 
 #[divan::bench(args = TYPES)]
-fn decode(bencher: Bencher, t: PacketType) {
+fn decode(bencher: Bencher<'_, '_>, t: PacketType) {
     let bytes = sample(t);
     bencher.bench(|| wire::Repr::parse(black_box(&bytes)).unwrap().buffer_len());
 }
 
 #[divan::bench(args = TYPES)]
-fn emit(bencher: Bencher, t: PacketType) {
+fn emit(bencher: Bencher<'_, '_>, t: PacketType) {
     let bytes = sample(t);
     let repr = wire::Repr::parse(&bytes).unwrap();
     let mut out = vec![0; bytes.len()];
@@ -78,7 +78,7 @@ fn emit(bencher: Bencher, t: PacketType) {
 
 /// A receiver taking one DATA packet of a long message and emitting the GRANT it causes.
 #[divan::bench]
-fn data_in_grant_out(bencher: Bencher) {
+fn data_in_grant_out(bencher: Bencher<'_, '_>) {
     let from: SocketAddr = "198.18.0.1:4000".parse().unwrap();
     let mut server = Endpoint::new(Config { max_rx_bytes: 1 << 34, ..Config::default() }).unwrap();
     server.bind(SERVER_PORT).unwrap();
@@ -114,7 +114,7 @@ fn data_in_grant_out(bencher: Bencher) {
 
 /// A whole single-packet echo RPC: both endpoints' work, request and response.
 #[divan::bench(args = [100, 1000])]
-fn rpc_single_packet(bencher: Bencher, len: usize) {
+fn rpc_single_packet(bencher: Bencher<'_, '_>, len: usize) {
     let mut pair = Pair::new(Config::default());
     let message = vec![1u8; len];
     bencher.bench_local(|| pair.rpc(black_box(message.clone()), 1000));
@@ -122,7 +122,7 @@ fn rpc_single_packet(bencher: Bencher, len: usize) {
 
 /// A 1,000,000-byte message and its 1,000,000-byte echo through two endpoints.
 #[divan::bench(sample_count = 20)]
-fn rpc_one_megabyte(bencher: Bencher) {
+fn rpc_one_megabyte(bencher: Bencher<'_, '_>) {
     let mut pair = Pair::new(Config { link_mbps: 1_000_000, ..Config::default() });
     let message = vec![1u8; 1_000_000];
     bencher.bench_local(|| pair.rpc(black_box(message.clone()), 1000));
@@ -152,13 +152,13 @@ fn idle_server(rpcs: u64) -> Endpoint {
 }
 
 #[divan::bench]
-fn poll_timeout_10k_idle(bencher: Bencher) {
+fn poll_timeout_10k_idle(bencher: Bencher<'_, '_>) {
     let mut server = idle_server(10_000);
     bencher.bench_local(|| black_box(server.poll_timeout()));
 }
 
 #[divan::bench]
-fn handle_timeout_10k_idle(bencher: Bencher) {
+fn handle_timeout_10k_idle(bencher: Bencher<'_, '_>) {
     let mut server = idle_server(10_000);
     let mut now = 0;
     bencher.bench_local(|| {
