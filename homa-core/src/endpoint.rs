@@ -282,6 +282,15 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Forgets a request delivered by [`Event::RequestReceived`] without answering it (load
+    /// shedding, or one-way messages in a simulation). The client is not told: it times out
+    /// unless it aborts.
+    pub fn discard(&mut self, rpc: ServerRpc) -> Result<(), ApiError> {
+        let r = self.rpcs.find_server(rpc.client, rpc.id).ok_or(ApiError::UnknownRpc(rpc.id))?;
+        self.end_rpc(r);
+        Ok(())
+    }
+
     /// The transport learned that `peer` (or only its Homa port `port`, for ICMP port
     /// unreachable) cannot be reached: its client RPCs fail with
     /// [`FailReason::Unreachable`] and its server RPCs are dropped.

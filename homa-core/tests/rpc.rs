@@ -41,3 +41,36 @@ fn bad_message_lengths_are_rejected() {
     assert_eq!(ep.rpc_count(), 0);
     assert_eq!(ep.poll_timeout(), None, "a rejected call leaves nothing to do");
 }
+
+#[test]
+fn discarded_requests_and_aborted_calls_leave_nothing() {
+    use homa_core::testnet::{App, NodeId};
+    use homa_core::{Event, ServerRpc};
+
+    /// Takes each request as a one-way message: the server discards it and the client aborts.
+    #[derive(Default)]
+    struct OneWay {
+        delivered: Vec<(ServerRpc, usize)>,
+    }
+    impl App for OneWay {
+        fn on_event(&mut self, _: u64, _: NodeId, ep: &mut Endpoint, event: Event) {
+            if let Event::RequestReceived { rpc, message, .. } = event {
+                ep.discard(rpc).unwrap();
+                assert_eq!(ep.discard(rpc), Err(ApiError::UnknownRpc(rpc.id)));
+                self.delivered.push((rpc, message.len()));
+            }
+        }
+    }
+    let Star { mut net, hosts, ports, .. } = star(2, Config::default(), 10, 1);
+    let mut app = OneWay::default();
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(50_000, 1));
+    while app.delivered.is_empty() {
+        net.step(&mut app);
+    }
+    net.with_endpoint(hosts[1], &mut app, |_, ep| ep.abort(id)).unwrap();
+    settle(&mut net, &mut app, 1000);
+    assert_eq!(app.delivered[0].1, 50_000);
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
+    assert_eq!(net.endpoint(hosts[1]).metrics().client_timeouts, 0);
+}
