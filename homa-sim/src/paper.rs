@@ -1,0 +1,60 @@
+//! Homa's simulated results in the SIGCOMM 2018 paper, per message-size bin, for comparison
+//! (`workloads/paper-homa.txt`; its header names the source).
+
+use serde::Serialize;
+
+const DATA: &str = include_str!("../workloads/paper-homa.txt");
+
+/// One bin of the paper's results: messages up to `upper` bytes (and above the previous bin).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PaperBin {
+    pub upper: u64,
+    /// Share of messages in the bin, in percent.
+    pub percent: f64,
+    pub mean: f64,
+    pub median: f64,
+    pub p99: f64,
+}
+
+/// The paper's bins for workload `w1` .. `w5` at `load` (0.5 or 0.8), if it has them.
+pub fn bins(workload: &str, load: f64) -> Option<Vec<PaperBin>> {
+    let mut out = Vec::new();
+    for line in DATA.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [w, l, upper, percent, mean, median, p99] = f[..] else { continue };
+        let num = |s: &str| s.parse::<f64>().expect("paper-homa.txt is well formed");
+        if w == workload && (num(l) - load).abs() < 1e-9 {
+            out.push(PaperBin {
+                upper: upper.parse().expect("paper-homa.txt is well formed"),
+                percent: num(percent),
+                mean: num(mean),
+                median: num(median),
+                p99: num(p99),
+            });
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The paper's bin upper bounds for a built-in workload (the same at every load).
+pub fn bin_bounds(workload: &str) -> Option<Vec<u64>> {
+    bins(workload, 0.8).map(|b| b.iter().map(|b| b.upper).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_values_match_the_spec_table() {
+        let w3 = bins("w3", 0.8).unwrap();
+        assert_eq!(w3.len(), 102);
+        assert!((w3[0].p99 - 2.22).abs() < 0.01);
+        let worst = w3.iter().map(|b| b.p99).fold(0.0, f64::max);
+        assert!((worst - 22.55).abs() < 0.01);
+        let w5 = bin_bounds("w5").unwrap();
+        assert_eq!(w5[0], 1470);
+        assert_eq!(*w5.last().unwrap(), 29_400_000);
+        assert!(bins("w3", 0.7).is_none());
+    }
+}

@@ -1,0 +1,285 @@
+//! The paper's protocol settings mapped onto `homa_core::Config`, the unscheduled cutoffs
+//! computed from a workload, and the packets a message becomes on the wire.
+
+use homa_core::Config;
+use homa_core::config::ETH_OVERHEAD;
+use homa_core::wire::{self, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
+
+use crate::workload::Workload;
+
+/// RTTbytes of the paper's simulations: one full packet one way and a grant back at 10 Gbit/s.
+pub const PAPER_RTT_BYTES: u32 = 10_000;
+/// Unscheduled bytes per message in the paper: the first packet (1,442 B) plus 7,886 B.
+pub const PAPER_UNSCHED_BYTES: u32 = 9_328;
+/// Message bytes per full DATA packet in the paper's simulator.
+pub const PAPER_PAYLOAD: u32 = 1_442;
+/// The largest message the core sends (the module's `HOMA_MAX_MESSAGE_LENGTH`); longer
+/// simulated messages are sent as a sequence of messages of at most this size.
+pub const MAX_CHUNK: u64 = MAX_MESSAGE_LENGTH as u64;
+
+/// The degree of overcommitment (= scheduled priority levels) the paper used for a workload.
+pub fn paper_overcommit(workload: &str) -> Option<u8> {
+    match workload.to_ascii_lowercase().as_str() {
+        "w1" => Some(1),
+        "w2" => Some(3),
+        "w3" => Some(4),
+        "w4" | "w5" => Some(7),
+        _ => None,
+    }
+}
+
+/// An endpoint configured as the paper's simulated Homa, for `workload`:
+///
+/// - `mtu` 1,518 with a 20-byte IPv4 header, so a full DATA packet carries 1,442 message
+///   bytes, as in the paper;
+/// - `unsched_bytes` 9,328; a fixed grant `window` of RTTbytes (10,000) per message, the
+///   paper's `maxOutstandingRecvBytes`, instead of the module's dynamic window;
+/// - `max_overcommit` = `overcommit`; `max_incoming` effectively unlimited, because the
+///   paper had no cap beyond the per-message window (a cap would also count the unscheduled
+///   bytes of messages waiting for grants, which the paper never limited);
+/// - no FIFO grants and no FIFO picks in the pacer (the 2018 design is pure SRPT);
+/// - `sched_levels` of the `priorities` levels for scheduled packets, the rest unscheduled
+///   with cutoffs from [`cutoffs_for_workload`];
+/// - generous memory limits (`wmem_max`, `max_rx_bytes`, peers), as a simulation only
+///   measures the protocol.
+pub fn paper_config(
+    workload: &Workload,
+    link_mbps: u32,
+    priorities: u8,
+    overcommit: u8,
+    sched_levels: u8,
+) -> Config {
+    let base = Config {
+        mtu: PAPER_PAYLOAD + wire::data::HEADER_LEN as u32 + 20,
+        outer_header_bytes: 20,
+        link_mbps,
+        unsched_bytes: PAPER_UNSCHED_BYTES,
+        window: PAPER_RTT_BYTES,
+        max_incoming: 1 << 30,
+        max_overcommit: overcommit,
+        grant_fifo_fraction: 0,
+        pacer_fifo_fraction: 0,
+        num_priorities: priorities,
+        wmem_max: 1 << 40,
+        max_rx_bytes: 1 << 40,
+        max_peers: 1 << 20,
+        max_rpcs_per_peer: 1 << 20,
+        ..Config::default()
+    };
+    let unsched_levels = priorities.saturating_sub(sched_levels).max(1);
+    Config { unsched_cutoffs: cutoffs_for_workload(workload, &base, unsched_levels), ..base }
+}
+
+/// Message bytes in each DATA packet of a `len`-byte message, as the core packetises it: full
+/// packets, except that the last unscheduled packet may be short (module
+/// `homa_message_out_fill`). `len` may exceed one message; the packets are then those of the
+/// sequence of at most [`MAX_CHUNK`]-byte messages it is sent as, if `chunked`.
+pub fn data_packets(len: u64, config: &Config, chunked: bool) -> impl Iterator<Item = u32> {
+    let max_payload = u64::from(config.max_payload());
+    let unsched = u64::from(config.unsched_bytes);
+    let chunk = if chunked { MAX_CHUNK } else { u64::MAX };
+    let mut start = 0u64; // of the current chunk
+    let mut offset = 0u64; // within the current chunk
+    core::iter::from_fn(move || {
+        if start + offset >= len {
+            return None;
+        }
+        let this = (len - start).min(chunk);
+        let limit = if offset < unsched.min(this) { unsched.min(this) } else { this };
+        let end = (offset + max_payload).min(limit);
+        let payload = (end - offset) as u32;
+        offset = end;
+        if offset == this {
+            start += this;
+            offset = 0;
+        }
+        Some(payload)
+    })
+}
+
+/// Bytes a DATA packet with `payload` message bytes occupies on the wire: Homa header, the
+/// outer (IP) header and Ethernet framing.
+pub fn data_wire_bytes(payload: u32, config: &Config) -> u32 {
+    payload + wire::data::HEADER_LEN as u32 + config.outer_header_bytes + ETH_OVERHEAD
+}
+
+/// Bytes a GRANT occupies on the wire.
+pub fn grant_wire_bytes(config: &Config) -> u32 {
+    wire::grant::HEADER_LEN as u32 + config.outer_header_bytes + ETH_OVERHEAD
+}
+
+/// GRANTs a receiver sends for a message of `len` bytes when its packets arrive in order
+/// and it is granted to at once: one per arriving packet while `received + window` passes
+/// what is granted, until the whole message is granted.
+pub fn grants_for(len: u64, config: &Config) -> u64 {
+    let window =
+        u64::from(if config.window != 0 { config.window } else { config.max_incoming / 2 });
+    let mut grants = 0;
+    let (mut start, mut received, mut granted) = (0u64, 0u64, 0u64);
+    for payload in data_packets(len, config, true) {
+        if received == 0 {
+            granted = u64::from(config.unsched_bytes).min((len - start).min(MAX_CHUNK));
+        }
+        received += u64::from(payload);
+        let this = (len - start).min(MAX_CHUNK);
+        if granted < this && received + window > granted {
+            granted = (received + window).min(this);
+            grants += 1;
+        }
+        if received == this {
+            start += this;
+            received = 0;
+        }
+    }
+    grants
+}
+
+/// Mean bytes one message puts on host links (the sender's uplink, and the receiver's
+/// downlink alike): its DATA packets and the GRANTs that pull them, with every header and
+/// Ethernet framing. In `Rpc` mode the response (as long as the request) counts too.
+pub fn wire_bytes_per_message(workload: &Workload, config: &Config, mode: crate::Mode) -> f64 {
+    let grant = u64::from(grant_wire_bytes(config));
+    let one_way = workload.expect(|s| {
+        let data: u64 =
+            data_packets(s, config, true).map(|p| u64::from(data_wire_bytes(p, config))).sum();
+        (data + grants_for(s, config) * grant) as f64
+    });
+    match mode {
+        crate::Mode::OneWay => one_way,
+        crate::Mode::Rpc => 2.0 * one_way,
+    }
+}
+
+/// Unscheduled cutoffs for `workload`, as `Config::unsched_cutoffs`: the top `unsched_levels`
+/// of `config.num_priorities` carry unscheduled packets, split so that each level carries
+/// about the same number of bytes on the wire (HomaSimulation's `STATIC_CBF_GRADUATED` idea;
+/// the module's `homa_prio` balances levels likewise). Shorter messages get higher levels.
+///
+/// The bytes counted are those that travel at unscheduled levels: each message's unscheduled
+/// packets with all their headers, and GRANTs, which share the highest level with the
+/// shortest messages (HomaSimulation's `accountForGrantTraffic`). Levels below the
+/// unscheduled ones are for scheduled packets (the grant scheduler's `max_sched_prio` is the
+/// level just below). Where the sizes are too few for distinct cutoffs, lower unscheduled
+/// levels repeat a cutoff and go unused.
+pub fn cutoffs_for_workload(
+    workload: &Workload,
+    config: &Config,
+    unsched_levels: u8,
+) -> [u32; MAX_PRIORITIES as usize] {
+    let priorities = config.num_priorities.clamp(1, MAX_PRIORITIES);
+    let levels = unsched_levels.clamp(1, priorities);
+    let unsched = u64::from(config.unsched_bytes);
+    let grant = f64::from(grant_wire_bytes(config));
+    let grant_bytes = workload.expect(|s| grants_for(s, config) as f64 * grant);
+    let bytes: Vec<f64> = workload
+        .sizes()
+        .iter()
+        .zip(workload.probabilities())
+        .map(|(&s, p)| {
+            let wire: u32 = data_packets(s.min(unsched), config, false)
+                .map(|b| data_wire_bytes(b, config))
+                .sum();
+            p * f64::from(wire)
+        })
+        .collect();
+    let total = grant_bytes + bytes.iter().sum::<f64>();
+    // Cumulative share of unscheduled-level bytes up to and including each size.
+    let mut cbf = Vec::with_capacity(bytes.len());
+    let mut sum = grant_bytes;
+    for b in &bytes {
+        sum += b;
+        cbf.push(sum / total);
+    }
+    let cap = MAX_MESSAGE_LENGTH - 1;
+    let mut cuts = Vec::new();
+    let mut from = 0;
+    for k in 1..levels {
+        let target = f64::from(k) / f64::from(levels);
+        let i = from + cbf[from..].partition_point(|&c| c < target - 1e-12);
+        let size = workload.sizes().get(i).copied().unwrap_or(u64::MAX);
+        cuts.push(size.min(u64::from(cap)) as u32);
+        from = (i + 1).min(cbf.len());
+    }
+    let mut table = [0u32; MAX_PRIORITIES as usize];
+    let top = usize::from(priorities) - 1;
+    for (j, &c) in cuts.iter().enumerate() {
+        table[top - j] = c.max(if j > 0 { cuts[j - 1] } else { 0 });
+    }
+    table[top + 1 - usize::from(levels)] = MAX_MESSAGE_LENGTH;
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paper(w: &str) -> Config {
+        let workload = Workload::builtin(w).unwrap();
+        let oc = paper_overcommit(w).unwrap();
+        paper_config(&workload, 10_000, 8, oc, oc)
+    }
+
+    #[test]
+    fn packets_follow_the_cores_split() {
+        let c = paper("w3");
+        assert_eq!(c.max_payload(), 1442);
+        let p: Vec<u32> = data_packets(10_000, &c, true).collect();
+        assert_eq!(p, [1442, 1442, 1442, 1442, 1442, 1442, 676, 672]);
+        assert_eq!(data_packets(1, &c, true).collect::<Vec<_>>(), [1]);
+        // Chunked: two messages of 1,000,000 and one of 500,000, each with its own split.
+        let total: u64 = data_packets(2_500_000, &c, true).map(u64::from).sum();
+        assert_eq!(total, 2_500_000);
+        let chunked = data_packets(2_500_000, &c, true).count();
+        let whole = data_packets(2_500_000, &c, false).count();
+        // Each chunk ends its unscheduled part and its message with a short packet.
+        assert!((whole + 2..=whole + 4).contains(&chunked), "{chunked} vs {whole}");
+    }
+
+    #[test]
+    fn grants_cover_the_scheduled_bytes() {
+        let c = paper("w3");
+        assert_eq!(grants_for(9_328, &c), 0);
+        // 10,000 bytes: the first packet already lets the receiver grant the rest.
+        assert_eq!(grants_for(10_000, &c), 1);
+        // A long message: about one grant per scheduled packet.
+        let g = grants_for(1_000_000, &c);
+        let scheduled_packets = (1_000_000 - 9_328u64).div_ceil(1442);
+        assert!(g.abs_diff(scheduled_packets) <= 8, "{g} vs {scheduled_packets}");
+    }
+
+    #[test]
+    fn cutoffs_balance_bytes_and_mark_the_scheduled_levels() {
+        // W3, 4 scheduled levels: unscheduled levels 7..4, cutoffs ascending toward level 4.
+        let c = paper("w3");
+        let t = c.unsched_cutoffs;
+        assert_eq!(&t[..4], &[0, 0, 0, 0]);
+        assert_eq!(t[4], 1_000_000);
+        assert!(t[7] < t[6] && t[6] < t[5] && t[5] < 1_000_000, "{t:?}");
+        assert_eq!(c.max_sched_prio(), 3);
+        c.validate().unwrap();
+        // W1 (overcommitment 1): seven unscheduled levels, level 0 scheduled.
+        let c1 = paper("w1");
+        assert_eq!(c1.unsched_cutoffs[1], 1_000_000);
+        assert_eq!(c1.max_sched_prio(), 0);
+        c1.validate().unwrap();
+        // W5 (overcommitment 7): one unscheduled level.
+        let c5 = paper("w5");
+        assert_eq!(c5.unsched_cutoffs, [0, 0, 0, 0, 0, 0, 0, 1_000_000]);
+        assert_eq!(c5.max_sched_prio(), 6);
+    }
+
+    #[test]
+    fn cutoffs_split_a_uniform_workload_evenly() {
+        // Four equally likely sizes of one full packet each carry equal bytes; grants none.
+        let w = Workload::parse("u", "100 0.25\n200 0.5\n300 0.75\n400 1\n").unwrap();
+        let c = Config { num_priorities: 4, ..paper("w3") };
+        let t = cutoffs_for_workload(&w, &c, 2);
+        // Bytes on the wire grow with size, so the halfway point of the bytes falls at 300.
+        assert_eq!(t, [0, 0, 1_000_000, 300, 0, 0, 0, 0]);
+        let t1 = cutoffs_for_workload(&w, &c, 1);
+        assert_eq!(t1, [0, 0, 0, 1_000_000, 0, 0, 0, 0]);
+        // One priority level: everything shares it.
+        let one = Config { num_priorities: 1, ..c };
+        assert_eq!(cutoffs_for_workload(&w, &one, 1), [1_000_000, 0, 0, 0, 0, 0, 0, 0]);
+    }
+}

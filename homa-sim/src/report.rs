@@ -1,0 +1,516 @@
+//! What a run measured: slowdowns per message-size bin, loads, queues and drops, as JSON
+//! (deterministic: ordered fields, no wall-clock) and as a text table.
+
+use core::fmt::Write as _;
+
+use homa_core::Metrics;
+use homa_core::wire::PacketType;
+use serde::Serialize;
+
+use crate::fabric::{PortKind, Topology};
+use crate::paper;
+use crate::run::{Mode, SimConfig, Stop};
+use crate::workload::Workload;
+
+/// Bins with fewer measured messages than this are left out when picking the worst bin
+/// (their 99th percentile is little more than their maximum).
+pub const MIN_WORST_SAMPLES: u64 = 100;
+
+/// Upper bounds of the size bins for a run: the configured ones, else the paper's for its
+/// workloads, else bins of at least 1 % of messages each.
+pub fn bin_bounds(cfg: &SimConfig) -> Vec<u64> {
+    if !cfg.bins.is_empty() {
+        return cfg.bins.clone();
+    }
+    if cfg.workload.is_builtin()
+        && let Some(b) = paper::bin_bounds(cfg.workload.name())
+    {
+        return b;
+    }
+    auto_bins(&cfg.workload, 0.01)
+}
+
+/// Groups consecutive sizes into bins holding at least `share` of the messages each (the last
+/// bin may hold less).
+pub fn auto_bins(w: &Workload, share: f64) -> Vec<u64> {
+    let mut bounds = Vec::new();
+    let mut in_bin = 0.0;
+    for (&size, p) in w.sizes().iter().zip(w.probabilities()) {
+        in_bin += p;
+        if in_bin >= share {
+            bounds.push(size);
+            in_bin = 0.0;
+        }
+    }
+    let last = *w.sizes().last().expect("a workload has sizes");
+    if bounds.last() != Some(&last) {
+        bounds.push(last);
+    }
+    bounds
+}
+
+/// Slowdowns collected per bin.
+#[derive(Debug)]
+pub struct Stats {
+    bounds: Vec<u64>,
+    /// Per size index of the workload, its bin.
+    bin_of: Vec<usize>,
+    /// Per bin, the slowdowns.
+    samples: Vec<Vec<f32>>,
+    /// Per bin, the workload's cumulative probability at its upper bound.
+    cum: Vec<f64>,
+}
+
+impl Stats {
+    pub fn new(w: &Workload, bounds: &[u64]) -> Stats {
+        let bin = |size: u64| bounds.partition_point(|&b| b < size).min(bounds.len() - 1);
+        let bin_of = w.sizes().iter().map(|&s| bin(s)).collect();
+        let cum = bounds
+            .iter()
+            .map(|&b| {
+                let i = w.sizes().partition_point(|&s| s <= b);
+                if i == 0 { 0.0 } else { w.cumulative()[i - 1] }
+            })
+            .collect();
+        Stats { bounds: bounds.to_vec(), bin_of, samples: vec![Vec::new(); bounds.len()], cum }
+    }
+
+    /// Records a completed message of size index `size_index`.
+    pub fn record(&mut self, size_index: usize, slowdown: f64) {
+        self.samples[self.bin_of[size_index]].push(slowdown as f32);
+    }
+
+    /// The bin of a size.
+    fn bin(&self, size: u64) -> usize {
+        self.bounds.partition_point(|&b| b < size).min(self.bounds.len() - 1)
+    }
+}
+
+/// The `q` quantile of sorted values (nearest rank).
+fn quantile(sorted: &[f32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    f64::from(sorted[rank - 1])
+}
+
+/// Rounds for output: keeps JSON short and stable.
+fn r4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// One message-size bin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bin {
+    /// Sizes above the previous bin's `upper`, up to this, in bytes.
+    pub upper: u64,
+    /// Share of all messages at or below `upper` (the paper's x-axis position).
+    pub cum_fraction: f64,
+    pub messages: u64,
+    pub mean: Option<f64>,
+    pub median: Option<f64>,
+    pub p99: Option<f64>,
+    /// The paper's Homa values for this bin, workload and load, where it has them.
+    pub paper_median: Option<f64>,
+    pub paper_p99: Option<f64>,
+}
+
+/// The figures the paper's comparison uses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Key {
+    pub bin_upper: u64,
+    pub messages: u64,
+    pub median: Option<f64>,
+    pub p99: Option<f64>,
+    pub paper_p99: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// The smallest messages' bin.
+    pub short: Key,
+    /// The bin holding the median message size.
+    pub median_size: Key,
+    /// The bin holding the 99th-percentile message size.
+    pub p99_size: Key,
+    /// The bin with the highest p99 among bins with at least [`MIN_WORST_SAMPLES`] messages.
+    pub worst: Option<Key>,
+    /// The paper's highest bin p99 at this workload and load.
+    pub paper_worst_p99: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Overall {
+    pub mean: f64,
+    pub median: f64,
+    pub p99: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProtocolSummary {
+    pub priorities: u8,
+    pub overcommit: u8,
+    /// Levels for scheduled packets (`max_sched_prio` + 1).
+    pub sched_levels: u8,
+    pub unsched_cutoffs: [u32; 8],
+    pub unsched_bytes: u32,
+    pub window: u32,
+    pub max_incoming: u32,
+    pub mtu: u32,
+    pub payload_per_packet: u32,
+    pub grant_fifo_fraction: u32,
+    pub pacer_fifo_fraction: u32,
+    pub max_nic_est_backlog_usecs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Offered {
+    /// Target share of host link capacity, headers and grants included.
+    pub load: f64,
+    pub messages_per_sec_per_host: f64,
+    /// Application bytes per second per host, in Gbit/s.
+    pub app_gbps_per_host: f64,
+    /// Mean bytes a message puts on host links (DATA and GRANT packets with all headers).
+    pub wire_bytes_per_message: f64,
+    /// Application bytes / network bytes (the paper's load factor, e.g. 0.887 for W3).
+    pub app_share: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measured {
+    /// Share of host uplink capacity used while measured messages were created.
+    pub load: f64,
+    /// Message bytes delivered per host in that time, in Gbit/s.
+    pub goodput_gbps_per_host: f64,
+    pub window_ns: u64,
+    pub messages: u64,
+    pub completed: u64,
+    /// Measured messages not complete when the run ended (left out of the slowdowns).
+    pub unfinished: u64,
+    /// Measured messages whose RPC failed.
+    pub failed: u64,
+}
+
+/// One switch output port.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Port {
+    pub kind: PortKind,
+    /// Index of the switch among its kind (rack for a ToR).
+    pub switch: usize,
+    pub peak_queued_bytes: u64,
+    pub drops: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Queues {
+    /// Highest peak over all host NIC queues.
+    pub host_nic_peak_bytes: u64,
+    pub tor_down_peak_bytes: u64,
+    pub tor_up_peak_bytes: u64,
+    pub spine_down_peak_bytes: u64,
+    pub ports: Vec<Port>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CoreCounters {
+    pub data_packets: u64,
+    pub grant_packets: u64,
+    pub other_control_packets: u64,
+    pub retransmitted_packets: u64,
+    /// Packets the endpoints dropped on arrival (duplicates, unknown RPCs, ...).
+    pub dropped_on_arrival: u64,
+    pub client_timeouts: u64,
+    pub server_timeouts: u64,
+    pub restarts: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Work {
+    /// Network actions executed (packet arrivals, links freeing, host timers).
+    pub steps: u64,
+    /// Packet transmissions over links (one per packet per hop).
+    pub packet_hops: u64,
+    pub sim_end_ns: u64,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub workload: String,
+    pub mode: Mode,
+    pub seed: u64,
+    pub stop: Stop,
+    pub warmup: f64,
+    pub topology: Topology,
+    pub protocol: ProtocolSummary,
+    pub offered: Offered,
+    pub measured: Measured,
+    pub slowdown: Overall,
+    pub summary: Summary,
+    pub bins: Vec<Bin>,
+    pub queues: Queues,
+    /// Packets dropped at full switch buffers.
+    pub switch_drops: u64,
+    pub core: CoreCounters,
+    pub work: Work,
+}
+
+/// Sums counters of several endpoints.
+pub fn add_metrics(sum: &mut Metrics, m: &Metrics) {
+    for i in 0..9 {
+        sum.packets_out_by_type[i] += m.packets_out_by_type[i];
+    }
+    sum.retransmitted_packets += m.retransmitted_packets;
+    sum.client_timeouts += m.client_timeouts;
+    sum.server_timeouts += m.server_timeouts;
+    sum.restarts += m.restarts;
+    sum.packets_in += m.packets_in;
+    sum.accepted += m.accepted;
+}
+
+pub(crate) struct Inputs<'a> {
+    pub(crate) cfg: &'a SimConfig,
+    pub(crate) stats: Stats,
+    pub(crate) per_host_msgs_per_sec: f64,
+    pub(crate) wire_bytes_per_message: f64,
+    pub(crate) measured_load: f64,
+    pub(crate) goodput_gbps: f64,
+    pub(crate) window_ns: u64,
+    pub(crate) measured: u64,
+    pub(crate) unfinished: u64,
+    pub(crate) failures: u64,
+    pub(crate) metrics: Metrics,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) host_nic_peak: u64,
+    pub(crate) steps: u64,
+    pub(crate) packet_hops: u64,
+    pub(crate) sim_end: u64,
+}
+
+pub(crate) fn build(mut x: Inputs<'_>) -> Report {
+    let cfg = x.cfg;
+    let w = &cfg.workload;
+    let paper_bins =
+        if w.is_builtin() { paper::bins(w.name(), cfg.load) } else { None }.unwrap_or_default();
+    let paper_at = |upper: u64| paper_bins.iter().find(|b| b.upper == upper);
+    let mut all: Vec<f32> = Vec::new();
+    let mut bins = Vec::new();
+    for (i, samples) in x.stats.samples.iter_mut().enumerate() {
+        samples.sort_by(f32::total_cmp);
+        all.extend_from_slice(samples);
+        let n = samples.len();
+        let some = |v: f64| (n > 0).then(|| r4(v));
+        let upper = x.stats.bounds[i];
+        let mean = samples.iter().map(|&s| f64::from(s)).sum::<f64>() / n.max(1) as f64;
+        bins.push(Bin {
+            upper,
+            cum_fraction: r4(x.stats.cum[i]),
+            messages: n as u64,
+            mean: some(mean),
+            median: some(quantile(samples, 0.5)),
+            p99: some(quantile(samples, 0.99)),
+            paper_median: paper_at(upper).map(|b| r4(b.median)),
+            paper_p99: paper_at(upper).map(|b| r4(b.p99)),
+        });
+    }
+    let completed = all.len() as u64;
+    let mean = all.iter().map(|&s| f64::from(s)).sum::<f64>() / all.len().max(1) as f64;
+    all.sort_by(f32::total_cmp);
+    let key = |i: usize| Key {
+        bin_upper: bins[i].upper,
+        messages: bins[i].messages,
+        median: bins[i].median,
+        p99: bins[i].p99,
+        paper_p99: bins[i].paper_p99,
+    };
+    let first = bins.iter().position(|b| b.messages > 0).unwrap_or(0);
+    let worst = bins
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.messages >= MIN_WORST_SAMPLES)
+        .max_by(|a, b| a.1.p99.unwrap_or(0.0).total_cmp(&b.1.p99.unwrap_or(0.0)))
+        .map(|(i, _)| key(i));
+    let summary = Summary {
+        short: key(first),
+        median_size: key(x.stats.bin(w.quantile(0.5))),
+        p99_size: key(x.stats.bin(w.quantile(0.99))),
+        worst,
+        paper_worst_p99: paper_bins.iter().map(|b| r4(b.p99)).reduce(f64::max),
+    };
+    let e = &cfg.endpoint;
+    let peak = |kind| {
+        x.ports.iter().filter(|p| p.kind == kind).map(|p| p.peak_queued_bytes).max().unwrap_or(0)
+    };
+    let m = &x.metrics;
+    let out = |t: PacketType| m.packets_out_by_type[usize::from(t.code() - 0x10)];
+    let total_out: u64 = m.packets_out_by_type.iter().sum();
+    let msg_bytes = match cfg.mode {
+        Mode::OneWay => w.mean(),
+        Mode::Rpc => 2.0 * w.mean(),
+    };
+    Report {
+        workload: w.name().to_string(),
+        mode: cfg.mode,
+        seed: cfg.seed,
+        stop: cfg.stop,
+        warmup: cfg.warmup,
+        topology: cfg.topology.clone(),
+        protocol: ProtocolSummary {
+            priorities: e.num_priorities,
+            overcommit: e.max_overcommit,
+            sched_levels: e.max_sched_prio() + 1,
+            unsched_cutoffs: e.unsched_cutoffs,
+            unsched_bytes: e.unsched_bytes,
+            window: e.window,
+            max_incoming: e.max_incoming,
+            mtu: e.mtu,
+            payload_per_packet: e.max_payload(),
+            grant_fifo_fraction: e.grant_fifo_fraction,
+            pacer_fifo_fraction: e.pacer_fifo_fraction,
+            max_nic_est_backlog_usecs: e.max_nic_est_backlog_usecs,
+        },
+        offered: Offered {
+            load: cfg.load,
+            messages_per_sec_per_host: r4(x.per_host_msgs_per_sec),
+            app_gbps_per_host: r4(x.per_host_msgs_per_sec * msg_bytes * 8e-9),
+            wire_bytes_per_message: r4(x.wire_bytes_per_message),
+            app_share: r4(msg_bytes / x.wire_bytes_per_message),
+        },
+        measured: Measured {
+            load: r4(x.measured_load),
+            goodput_gbps_per_host: r4(x.goodput_gbps),
+            window_ns: x.window_ns,
+            messages: x.measured,
+            completed,
+            unfinished: x.unfinished,
+            failed: x.failures,
+        },
+        slowdown: Overall {
+            mean: r4(mean),
+            median: r4(quantile(&all, 0.5)),
+            p99: r4(quantile(&all, 0.99)),
+        },
+        summary,
+        bins,
+        queues: Queues {
+            host_nic_peak_bytes: x.host_nic_peak,
+            tor_down_peak_bytes: peak(PortKind::TorDown),
+            tor_up_peak_bytes: peak(PortKind::TorUp),
+            spine_down_peak_bytes: peak(PortKind::SpineDown),
+            ports: x.ports,
+        },
+        switch_drops: 0,
+        core: CoreCounters {
+            data_packets: out(PacketType::Data),
+            grant_packets: out(PacketType::Grant),
+            other_control_packets: total_out - out(PacketType::Data) - out(PacketType::Grant),
+            retransmitted_packets: m.retransmitted_packets,
+            dropped_on_arrival: m.packets_in - m.accepted,
+            client_timeouts: m.client_timeouts,
+            server_timeouts: m.server_timeouts,
+            restarts: m.restarts,
+        },
+        work: Work { steps: x.steps, packet_hops: x.packet_hops, sim_end_ns: x.sim_end },
+    }
+    .with_drops()
+}
+
+impl Report {
+    fn with_drops(mut self) -> Report {
+        self.switch_drops = self.queues.ports.iter().map(|p| p.drops).sum();
+        self
+    }
+
+    /// The report as pretty JSON (the same run gives the same bytes).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serialises")
+    }
+
+    /// A human-readable summary and per-bin table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let _ = writeln!(
+            s,
+            "workload {}  mode {:?}  hosts {}  load offered {:.3} measured {:.3}  goodput {:.2} Gbit/s/host",
+            self.workload,
+            self.mode,
+            self.topology.hosts,
+            self.offered.load,
+            self.measured.load,
+            self.measured.goodput_gbps_per_host
+        );
+        let _ = writeln!(
+            s,
+            "priorities {}  overcommit {}  scheduled levels {}  cutoffs {:?}",
+            self.protocol.priorities,
+            self.protocol.overcommit,
+            self.protocol.sched_levels,
+            self.protocol.unsched_cutoffs
+        );
+        let _ = writeln!(
+            s,
+            "messages measured {}  completed {}  unfinished {}  failed {}  switch drops {}  retransmitted {}",
+            self.measured.messages,
+            self.measured.completed,
+            self.measured.unfinished,
+            self.measured.failed,
+            self.switch_drops,
+            self.core.retransmitted_packets
+        );
+        let _ = writeln!(
+            s,
+            "peak queue bytes: host NIC {}  ToR->host {}  ToR->spine {}  spine->ToR {}",
+            self.queues.host_nic_peak_bytes,
+            self.queues.tor_down_peak_bytes,
+            self.queues.tor_up_peak_bytes,
+            self.queues.spine_down_peak_bytes
+        );
+        let _ = writeln!(
+            s,
+            "slowdown mean {:.3}  median {:.3}  p99 {:.3}",
+            self.slowdown.mean, self.slowdown.median, self.slowdown.p99
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:>10} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
+            "size<=", "cum", "messages", "mean", "median", "p99", "paper_med", "paper_p99"
+        );
+        for b in &self.bins {
+            let _ = writeln!(
+                s,
+                "{:>10} {:>7.4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
+                b.upper,
+                b.cum_fraction,
+                b.messages,
+                f(b.mean),
+                f(b.median),
+                f(b.p99),
+                f(b.paper_median),
+                f(b.paper_p99)
+            );
+        }
+        let _ = writeln!(s);
+        let k = |name: &str, k: &Key| {
+            format!(
+                "{name:<22} bin <= {:>10}  n {:>8}  p99 {:>7}  paper {:>7}\n",
+                k.bin_upper,
+                k.messages,
+                f(k.p99),
+                f(k.paper_p99)
+            )
+        };
+        s += &k("short messages", &self.summary.short);
+        s += &k("median-size messages", &self.summary.median_size);
+        s += &k("99th-pct-size messages", &self.summary.p99_size);
+        if let Some(worst) = &self.summary.worst {
+            s += &k("worst bin", worst);
+        }
+        if let Some(p) = self.summary.paper_worst_p99 {
+            let _ = writeln!(s, "{:<22} paper's worst bin p99 {p:.2}", "");
+        }
+        s
+    }
+}

@@ -1,0 +1,495 @@
+//! Running a simulation: Poisson arrivals of messages between random hosts, every host a
+//! `homa_core::Endpoint` on the fabric, and the bookkeeping of each message's completion.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use homa_core::testnet::Network;
+use homa_core::testnet::{App, Rng};
+use homa_core::{ApiError, Config, Endpoint, Event, Payload};
+use serde::Serialize;
+
+use crate::fabric::{Fabric, Topology, host_addr, host_of};
+use crate::protocol::{self, MAX_CHUNK};
+use crate::report::{self, Report, Stats};
+use crate::workload::Workload;
+
+/// The Homa port every host serves on.
+const SERVER_PORT: u16 = 1;
+
+/// How messages are exchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One-way messages, as in the paper: the receiver discards each request once delivered
+    /// and the sender aborts its RPC, so no response traffic exists.
+    OneWay,
+    /// Request/response: the server echoes a response as long as the request; completion is
+    /// when the response arrives.
+    Rpc,
+}
+
+/// When to stop generating measured messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// Measure this many messages (after the warm-up ones).
+    Messages(u64),
+    /// Generate messages for this many nanoseconds of simulated time; those created after
+    /// the warm-up share of it are measured.
+    Duration(u64),
+}
+
+/// Everything a run depends on. The same value gives the same [`Report`].
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub topology: Topology,
+    pub workload: Workload,
+    /// Offered network load: the share of host link capacity used, counting every header,
+    /// Ethernet framing and GRANT packets (spec/homa-results.md §2).
+    pub load: f64,
+    pub mode: Mode,
+    pub stop: Stop,
+    /// Share of the run (messages or time) before measuring starts.
+    pub warmup: f64,
+    pub seed: u64,
+    /// Every host's endpoint configuration (its `seed` is replaced per host).
+    pub endpoint: Config,
+    /// Upper bounds of the message-size bins; empty = the paper's bins for its workloads,
+    /// bins of about 1 % of messages each otherwise.
+    pub bins: Vec<u64>,
+}
+
+impl SimConfig {
+    /// The paper's setup for `workload` at `load`: its topology, 8 priorities and its degree of
+    /// overcommitment for the workload (4 for workloads it did not use), one-way messages.
+    pub fn paper(workload: Workload, load: f64) -> SimConfig {
+        let overcommit = protocol::paper_overcommit(workload.name()).unwrap_or(4);
+        let topology = Topology::paper();
+        let mbps = (topology.host_bps / 1_000_000) as u32;
+        let endpoint = protocol::paper_config(&workload, mbps, 8, overcommit, overcommit);
+        SimConfig {
+            topology,
+            workload,
+            load,
+            mode: Mode::OneWay,
+            stop: Stop::Messages(200_000),
+            warmup: 0.1,
+            seed: 1,
+            endpoint,
+            bins: Vec::new(),
+        }
+    }
+}
+
+/// How far a run is, for progress displays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub now: u64,
+    pub measured_done: u64,
+    pub measured_total: u64,
+    /// Network actions executed so far.
+    pub steps: u64,
+}
+
+/// Message bytes without storage: a prefix of one shared buffer of zeros.
+struct Zeros(usize);
+
+static ZEROS: [u8; MAX_CHUNK as usize] = [0; MAX_CHUNK as usize];
+
+impl AsRef<[u8]> for Zeros {
+    fn as_ref(&self) -> &[u8] {
+        &ZEROS[..self.0]
+    }
+}
+
+fn zeros(len: u64) -> Payload {
+    Payload::shared(Arc::new(Zeros(len as usize)))
+}
+
+/// A message in flight.
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    src: u32,
+    dst: u32,
+    size_index: u32,
+    size: u64,
+    /// Bytes handed to the core so far (messages over `MAX_CHUNK` go as a sequence).
+    sent: u64,
+    created: u64,
+    measured: bool,
+}
+
+/// Work for a host other than the one whose event is being handled.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    /// Send the next chunk of a message.
+    Send(u32),
+    /// Forget a one-way message's client RPC.
+    Abort { host: u32, id: u64 },
+}
+
+/// The application at every host: it starts messages, answers or discards requests and
+/// records completions.
+struct Driver {
+    mode: Mode,
+    client_port: u16,
+    msgs: Vec<Option<Msg>>,
+    free: Vec<u32>,
+    /// One-way mode: the message behind each (client host, client RPC id).
+    by_rpc: HashMap<(u32, u64), u32, foldhash::fast::FixedState>,
+    pending: Vec<Pending>,
+    stats: Stats,
+    /// Per size index: idle-network time within a rack and across the spine, ns.
+    ideal_local: Vec<f64>,
+    ideal_remote: Vec<f64>,
+    hosts_per_rack: u32,
+    measured_done: u64,
+    measured_live: u64,
+    failures: u64,
+    send_errors: u64,
+    delivered_bytes: u64,
+}
+
+impl Driver {
+    fn insert(&mut self, m: Msg) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.msgs[i as usize] = Some(m);
+                i
+            }
+            None => {
+                self.msgs.push(Some(m));
+                (self.msgs.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Takes the next chunk of message `i`: (sender, receiver, length).
+    fn next_chunk(&mut self, i: u32) -> Option<(usize, usize, u64)> {
+        let m = self.msgs[i as usize].as_mut()?;
+        let len = (m.size - m.sent).min(MAX_CHUNK);
+        m.sent += len;
+        Some((m.src as usize, m.dst as usize, len))
+    }
+
+    /// Notes the outcome of handing a chunk of message `i` to host `src`'s endpoint.
+    fn chunk_sent(&mut self, i: u32, src: usize, result: Result<u64, ApiError>) {
+        match result {
+            Ok(id) if self.mode == Mode::OneWay => {
+                self.by_rpc.insert((src as u32, id), i);
+            }
+            Ok(_) => {}
+            Err(_) => {
+                self.send_errors += 1;
+                self.finish(i, None);
+            }
+        }
+    }
+
+    /// A chunk of message `i` arrived: true if another is to be sent, else the message is
+    /// complete and recorded.
+    fn chunk_done(&mut self, now: u64, i: u32, len: u64) -> bool {
+        self.delivered_bytes += len;
+        let Some(m) = self.msgs[i as usize] else { return false };
+        if m.sent < m.size {
+            return true;
+        }
+        self.finish(i, Some(now));
+        false
+    }
+
+    fn finish(&mut self, i: u32, done: Option<u64>) {
+        let Some(m) = self.msgs[i as usize].take() else { return };
+        self.free.push(i);
+        if !m.measured {
+            return;
+        }
+        self.measured_live -= 1;
+        let Some(done) = done else {
+            self.failures += 1;
+            return;
+        };
+        self.measured_done += 1;
+        let same_rack = m.src / self.hosts_per_rack == m.dst / self.hosts_per_rack;
+        let ideal = if same_rack { &self.ideal_local } else { &self.ideal_remote };
+        let mut best = ideal[m.size_index as usize];
+        if self.mode == Mode::Rpc {
+            best *= 2.0;
+        }
+        self.stats.record(m.size_index as usize, (done - m.created) as f64 / best);
+    }
+}
+
+fn send(
+    now: u64,
+    ep: &mut Endpoint,
+    port: u16,
+    dst: usize,
+    len: u64,
+    i: u32,
+) -> Result<u64, ApiError> {
+    ep.send_request(now, port, host_addr(dst), SERVER_PORT, zeros(len), u64::from(i))
+}
+
+impl App for Driver {
+    fn on_event(&mut self, now: u64, host: usize, ep: &mut Endpoint, event: Event) {
+        match event {
+            Event::RequestReceived { rpc, message, .. } => {
+                let len = message.len() as u64;
+                drop(message);
+                match self.mode {
+                    Mode::Rpc => {
+                        if ep.send_response(now, rpc, zeros(len)).is_err() {
+                            self.send_errors += 1;
+                        }
+                    }
+                    Mode::OneWay => {
+                        let _ = ep.discard(rpc);
+                        let Some(client) = host_of(rpc.client) else { return };
+                        let id = rpc.id ^ 1;
+                        let Some(i) = self.by_rpc.remove(&(client as u32, id)) else { return };
+                        self.pending.push(Pending::Abort { host: client as u32, id });
+                        if self.chunk_done(now, i, len) {
+                            self.pending.push(Pending::Send(i));
+                        }
+                    }
+                }
+            }
+            Event::ResponseReceived { cookie, message, .. } => {
+                let i = cookie as u32;
+                if self.chunk_done(now, i, message.len() as u64)
+                    && let Some((src, dst, len)) = self.next_chunk(i)
+                {
+                    let result = send(now, ep, self.client_port, dst, len, i);
+                    self.chunk_sent(i, src, result);
+                }
+            }
+            Event::RpcFailed { cookie, .. } => {
+                let _ = host;
+                self.finish(cookie as u32, None);
+            }
+        }
+    }
+}
+
+/// Runs a simulation. `progress` is called now and then with how far it is.
+pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Report, String> {
+    cfg.topology.validate()?;
+    if !(cfg.load > 0.0 && cfg.load.is_finite()) {
+        return Err(format!("load {} must be positive", cfg.load));
+    }
+    if !(0.0..1.0).contains(&cfg.warmup) {
+        return Err(format!("warm-up share {} must be in [0, 1)", cfg.warmup));
+    }
+    cfg.endpoint.validate().map_err(|e| e.to_string())?;
+    let topo = &cfg.topology;
+    let hosts = topo.hosts;
+    let w = &cfg.workload;
+    let endpoints = (0..hosts)
+        .map(|i| {
+            let seed = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64);
+            Endpoint::new(Config { seed, ..cfg.endpoint.clone() }).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let Fabric { mut net, host_up, switch_ports, .. } =
+        Fabric::build(topo, endpoints, cfg.seed ^ 0x5EED_F00D);
+
+    // Offered load -> message rate, from the bytes each message puts on host links.
+    let per_msg_wire = protocol::wire_bytes_per_message(w, &cfg.endpoint, cfg.mode);
+    let link_bytes_per_ns = topo.host_bps as f64 / 8e9;
+    let per_host_rate = cfg.load * link_bytes_per_ns / per_msg_wire; // messages per ns
+    let rate = per_host_rate * hosts as f64;
+
+    // Idle-network time of every size, within a rack and across the spine.
+    let ideal = |src: usize, dst: usize| -> Vec<f64> {
+        w.sizes()
+            .iter()
+            .map(|&s| {
+                let wire: Vec<u32> = protocol::data_packets(s, &cfg.endpoint, false)
+                    .map(|p| protocol::data_wire_bytes(p, &cfg.endpoint))
+                    .collect();
+                topo.idle_time(src, dst, &wire)
+            })
+            .collect()
+    };
+    let ideal_local = ideal(0, 1);
+    let ideal_remote =
+        if topo.racks() > 1 { ideal(0, topo.hosts_per_rack) } else { ideal_local.clone() };
+
+    let bounds = report::bin_bounds(cfg);
+    let mut driver = Driver {
+        mode: cfg.mode,
+        client_port: 0,
+        msgs: Vec::new(),
+        free: Vec::new(),
+        by_rpc: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(cfg.seed)),
+        pending: Vec::new(),
+        stats: Stats::new(w, &bounds),
+        ideal_local,
+        ideal_remote,
+        hosts_per_rack: topo.hosts_per_rack as u32,
+        measured_done: 0,
+        measured_live: 0,
+        failures: 0,
+        send_errors: 0,
+        delivered_bytes: 0,
+    };
+    for h in 0..hosts {
+        let port = net.with_endpoint(h, &mut driver, |_, ep| {
+            ep.bind(SERVER_PORT).map_err(|e| e.to_string())?;
+            ep.bind_ephemeral().map_err(|e| e.to_string())
+        })?;
+        driver.client_port = port; // the same on every fresh endpoint
+    }
+
+    // Which messages are measured: by count or by creation time.
+    let (warm_msgs, measured_msgs) = match cfg.stop {
+        Stop::Messages(n) => ((n as f64 * cfg.warmup / (1.0 - cfg.warmup)).round() as u64, n),
+        Stop::Duration(_) => (0, 0),
+    };
+    let in_window = |generated: u64, t: u64| match cfg.stop {
+        Stop::Messages(_) => generated >= warm_msgs && generated < warm_msgs + measured_msgs,
+        Stop::Duration(d) => t >= (d as f64 * cfg.warmup) as u64 && t < d,
+    };
+    let generating_measured = |generated: u64, t: u64| match cfg.stop {
+        Stop::Messages(_) => generated < warm_msgs + measured_msgs,
+        Stop::Duration(d) => t < d,
+    };
+    let mut rng = Rng::new(cfg.seed);
+    let exp = |rng: &mut Rng| -(-rng.next_f64()).ln_1p() / rate;
+    let mut next = exp(&mut rng);
+    let mut generated = 0u64;
+    let mut measured_created = 0u64;
+    let mut window_start: Option<u64> = None;
+    let mut window: Option<(u64, u64, u64)> = None; // (length, uplink wire bytes, delivered)
+    let mut delivered_at_start = 0;
+    let mut last_progress = 0u64;
+    let mut drain_deadline = u64::MAX;
+    let mut hops_before = 0u64;
+    loop {
+        let t = next as u64;
+        // Move the network up to the next arrival, doing the hosts' deferred work as it comes.
+        while net.next_time().is_some_and(|nt| nt <= t) {
+            net.step(&mut driver);
+            flush(&mut net, &mut driver);
+            if net.steps - last_progress >= 1 << 16 {
+                last_progress = net.steps;
+                progress(&Progress {
+                    now: net.now(),
+                    measured_done: driver.measured_done,
+                    measured_total: measured_created.max(measured_msgs),
+                    steps: net.steps,
+                });
+            }
+        }
+        net.run_until(t, &mut driver);
+        if !generating_measured(generated, t) {
+            if window.is_none() {
+                let start = window_start.unwrap_or(t);
+                let uplink: u64 = host_up
+                    .iter()
+                    .map(|&l| {
+                        let link = net.link(l);
+                        link.stats.bytes + link.stats.packets * u64::from(link.overhead)
+                    })
+                    .sum();
+                let delivered = driver.delivered_bytes - delivered_at_start;
+                window = Some(((t - start).max(1), uplink, delivered));
+                drain_deadline = t + 4 * (t - start) + 10_000_000;
+            }
+            if driver.measured_live == 0 || t > drain_deadline {
+                break;
+            }
+        }
+        // A new message.
+        let src = rng.below(hosts as u64) as usize;
+        let mut dst = rng.below(hosts as u64 - 1) as usize;
+        if dst >= src {
+            dst += 1;
+        }
+        let size_index = w.sample_index(&mut rng);
+        let measured = in_window(generated, t);
+        if measured && window_start.is_none() {
+            // Counters and peak queues start with the measurement.
+            window_start = Some(t);
+            hops_before = net.links().iter().map(|l| l.stats.packets).sum();
+            for l in 0..net.links().len() {
+                net.link_mut(l).stats = Default::default();
+            }
+            delivered_at_start = driver.delivered_bytes;
+        }
+        if measured {
+            measured_created += 1;
+            driver.measured_live += 1;
+        }
+        generated += 1;
+        let i = driver.insert(Msg {
+            src: src as u32,
+            dst: dst as u32,
+            size_index: size_index as u32,
+            size: w.sizes()[size_index],
+            sent: 0,
+            created: t,
+            measured,
+        });
+        driver.pending.push(Pending::Send(i));
+        flush(&mut net, &mut driver);
+        next += exp(&mut rng);
+    }
+    let (window_ns, uplink_bytes, delivered) = window.unwrap_or((1, 0, 0));
+    let mut metrics = homa_core::Metrics::default();
+    for h in 0..hosts {
+        report::add_metrics(&mut metrics, &net.endpoint(h).metrics());
+    }
+    let ports = switch_ports
+        .iter()
+        .map(|&(l, kind, switch)| report::Port {
+            kind,
+            switch,
+            peak_queued_bytes: net.link(l).stats.peak_queued,
+            drops: net.link(l).stats.overflow_drops,
+        })
+        .collect();
+    let host_nic_peak = host_up.iter().map(|&l| net.link(l).stats.peak_queued).max().unwrap_or(0);
+    let packet_hops = hops_before + net.links().iter().map(|l| l.stats.packets).sum::<u64>();
+    let link_capacity = link_bytes_per_ns * window_ns as f64 * hosts as f64;
+    Ok(report::build(report::Inputs {
+        cfg,
+        stats: driver.stats,
+        per_host_msgs_per_sec: per_host_rate * 1e9,
+        wire_bytes_per_message: per_msg_wire,
+        measured_load: uplink_bytes as f64 / link_capacity,
+        goodput_gbps: delivered as f64 * 8.0 / window_ns as f64 / hosts as f64,
+        window_ns,
+        measured: measured_created,
+        unfinished: driver.measured_live,
+        failures: driver.failures + driver.send_errors,
+        metrics,
+        ports,
+        host_nic_peak,
+        steps: net.steps,
+        packet_hops,
+        sim_end: net.now(),
+    }))
+}
+
+/// Does the hosts' deferred work: next chunks, and one-way aborts.
+fn flush(net: &mut Network, driver: &mut Driver) {
+    while let Some(p) = driver.pending.pop() {
+        match p {
+            Pending::Send(i) => {
+                let Some((src, dst, len)) = driver.next_chunk(i) else { continue };
+                let port = driver.client_port;
+                let result =
+                    net.with_endpoint(src, driver, |now, ep| send(now, ep, port, dst, len, i));
+                driver.chunk_sent(i, src, result);
+            }
+            Pending::Abort { host, id } => {
+                net.with_endpoint(host as usize, driver, |_, ep| {
+                    let _ = ep.abort(id);
+                });
+            }
+        }
+    }
+}
