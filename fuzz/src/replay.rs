@@ -1,0 +1,82 @@
+//! Replays every stored input of every target on stable: `cargo test --lib`.
+
+use std::fs;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use crate::{TARGETS, Target};
+
+fn fuzz_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The input files in `dir`, sorted; none if the folder does not exist. Dot files (such as a
+/// `.gitkeep`) are not inputs.
+fn inputs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = entries
+        .map(|e| e.unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())).path())
+        .filter(|p| p.is_file())
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs `target` on each file and returns the files on which it panicked.
+fn run_all(target: Target, files: &[PathBuf]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for file in files {
+        let data = fs::read(file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        if panic::catch_unwind(AssertUnwindSafe(|| target(&data))).is_err() {
+            failures.push(file.display().to_string());
+        }
+    }
+    failures
+}
+
+#[test]
+fn replay() {
+    let mut failures = Vec::new();
+    for &(name, target) in TARGETS {
+        let corpus = inputs(&fuzz_dir().join("corpus").join(name));
+        assert!(
+            !corpus.is_empty(),
+            "corpus/{name}/ is missing or empty: every target needs a seed corpus \
+             (for wire_decode, run `python3 fuzz/seed_corpus.py`)"
+        );
+        let regressions = inputs(&fuzz_dir().join("regressions").join(name));
+        failures.extend(run_all(target, &corpus));
+        failures.extend(run_all(target, &regressions));
+        println!("{name}: {} corpus inputs, {} regressions", corpus.len(), regressions.len());
+    }
+    assert!(failures.is_empty(), "target panicked on:\n  {}", failures.join("\n  "));
+}
+
+/// Every file in `fuzz_targets/` is listed in [`TARGETS`], and the other way round, so no
+/// target's corpus goes unreplayed.
+#[test]
+fn every_target_is_replayed() {
+    let mut on_disk: Vec<String> = inputs(&fuzz_dir().join("fuzz_targets"))
+        .iter()
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = TARGETS.iter().map(|(name, _)| name.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed, "fuzz_targets/*.rs and homa_fuzz::TARGETS differ");
+}
+
+#[test]
+fn wire_decode_rejects_junk_quietly() {
+    for data in [&[][..], &[0; 27], &[0xff; 100]] {
+        crate::wire_decode(data);
+    }
+}
+
+#[test]
+fn a_panicking_input_is_reported_not_skipped() {
+    let file = fuzz_dir().join("Cargo.toml");
+    let failures = run_all(|_| panic!("found a bug"), std::slice::from_ref(&file));
+    assert_eq!(failures, [file.display().to_string()]);
+}
