@@ -984,6 +984,10 @@ impl Endpoint {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
         let tick = self.tick();
+        let rpcs = &self.rpcs;
+        self.timers.sort_recent(tick, |due, r| {
+            rpcs.get(r).is_some_and(|x| x.timer.armed_tick == Some(due))
+        });
         while let Some((due, r)) = self.timers.pop_due(tick) {
             let Some(x) = self.rpcs.get_mut(r) else { continue };
             if x.timer.armed_tick != Some(due) {
@@ -1128,12 +1132,14 @@ impl Endpoint {
     /// Frees an RPC and everything it holds.
     fn end_rpc(&mut self, r: RpcRef) {
         self.grant_cx(|g, cx| g.end_rpc(cx, r));
-        let Some(x) = self.rpcs.remove(r) else { return };
-        self.rx_bytes -= x.rx_bytes();
-        self.tx_bytes -= x.tx_bytes();
-        let p = self.peers.get_mut(x.peer);
+        let Some(x) = self.rpcs.get(r) else { return };
+        let (rx, tx, peer, client) = (x.rx_bytes(), x.tx_bytes(), x.peer, x.is_client());
+        self.rpcs.remove(r);
+        self.rx_bytes -= rx;
+        self.tx_bytes -= tx;
+        let p = self.peers.get_mut(peer);
         p.rpcs -= 1;
-        if !x.is_client() {
+        if !client {
             p.server_rpcs -= 1;
         }
     }

@@ -9,7 +9,7 @@ use crate::Instant;
 use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
 use hashbrown::HashMap;
 
-use crate::rpc::Hasher;
+use crate::rpc::{AddrKey, Hasher};
 
 /// Index of a peer in the [`PeerTable`].
 pub(crate) type PeerId = u32;
@@ -101,7 +101,7 @@ impl Peer {
 pub(crate) struct PeerTable {
     slots: Vec<Option<Peer>>,
     free: Vec<PeerId>,
-    index: HashMap<SocketAddr, PeerId, Hasher>,
+    index: HashMap<AddrKey, PeerId, Hasher>,
     max: usize,
 }
 
@@ -120,13 +120,13 @@ impl PeerTable {
     }
 
     pub(crate) fn find(&self, addr: SocketAddr) -> Option<PeerId> {
-        self.index.get(&addr).copied()
+        self.index.get(&AddrKey::from(addr)).copied()
     }
 
     /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs,
     /// no acks waiting) is forgotten to make room; if none is idle, `None`.
     pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Instant) -> Option<PeerId> {
-        if let Some(&id) = self.index.get(&addr) {
+        if let Some(&id) = self.index.get(&AddrKey::from(addr)) {
             self.slots[id as usize].as_mut().expect("indexed peer exists").last_used = now;
             return Some(id);
         }
@@ -144,7 +144,7 @@ impl PeerTable {
                 (self.slots.len() - 1) as PeerId
             }
         };
-        self.index.insert(addr, id);
+        self.index.insert(AddrKey::from(addr), id);
         Some(id)
     }
 
@@ -157,7 +157,7 @@ impl PeerTable {
             .filter_map(|(i, p)| p.as_ref().filter(|p| p.is_idle()).map(|p| (i, p.last_used)))
             .min_by_key(|&(i, used)| (used, i))?;
         let peer = self.slots[id].take().expect("chosen peer exists");
-        self.index.remove(&peer.addr);
+        self.index.remove(&AddrKey::from(peer.addr));
         self.free.push(id as PeerId);
         Some(())
     }

@@ -5,7 +5,6 @@
 //! past it (opening a gap), or fall entirely inside one gap; anything else (a duplicate, or a
 //! packet overlapping bytes already held) is dropped, as the module does.
 
-use alloc::vec;
 use alloc::vec::Vec;
 
 /// Why a DATA packet was not added.
@@ -29,7 +28,9 @@ pub(crate) struct Gap {
 #[derive(Debug)]
 pub(crate) struct InMessage {
     pub(crate) length: u32,
-    /// The message; allocated zeroed when the message is accepted, filled as packets arrive.
+    /// The message bytes up to `recv_end` (gaps zero-filled until their packets arrive). Its
+    /// capacity is reserved when the message is accepted, but nothing is zeroed in advance:
+    /// in-order packets are appended.
     pub(crate) buf: Vec<u8>,
     pub(crate) bytes_remaining: u32,
     /// End of the highest byte range received so far.
@@ -54,7 +55,7 @@ impl InMessage {
         let granted = incoming.min(length);
         InMessage {
             length,
-            buf: vec![0; length as usize],
+            buf: Vec::with_capacity(length as usize),
             bytes_remaining: length,
             recv_end: 0,
             gaps: Vec::new(),
@@ -99,7 +100,12 @@ impl InMessage {
         } else {
             self.fill_gap(offset, end, max_gaps)?;
         }
-        self.buf[offset as usize..end as usize].copy_from_slice(payload);
+        if offset as usize >= self.buf.len() {
+            self.buf.resize(offset as usize, 0);
+            self.buf.extend_from_slice(payload);
+        } else {
+            self.buf[offset as usize..end as usize].copy_from_slice(payload);
+        }
         self.bytes_remaining -= len;
         Ok(())
     }

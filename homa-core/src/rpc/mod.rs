@@ -9,7 +9,7 @@ mod table;
 
 use core::net::SocketAddr;
 
-pub(crate) use table::{RpcRef, RpcTable};
+pub(crate) use table::{AddrKey, RpcRef, RpcTable};
 
 use crate::msg::incoming::InMessage;
 use crate::msg::outgoing::OutMessage;

@@ -26,7 +26,25 @@ pub(crate) struct RpcTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     clients: HashMap<u64, RpcRef, Hasher>,
-    servers: HashMap<(SocketAddr, u64), RpcRef, Hasher>,
+    servers: HashMap<(AddrKey, u64), RpcRef, Hasher>,
+}
+
+/// A socket address reduced to plain integers: hashes several times faster than
+/// `SocketAddr`, whose `Hash` walks its enum and fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct AddrKey {
+    ip: u128,
+    port: u16,
+}
+
+impl From<SocketAddr> for AddrKey {
+    fn from(addr: SocketAddr) -> AddrKey {
+        let ip = match addr {
+            SocketAddr::V4(a) => a.ip().to_ipv6_mapped().to_bits(),
+            SocketAddr::V6(a) => a.ip().to_bits(),
+        };
+        AddrKey { ip, port: addr.port() }
+    }
 }
 
 impl RpcTable {
@@ -44,7 +62,7 @@ impl RpcTable {
     }
 
     pub(crate) fn insert(&mut self, rpc: Rpc) -> RpcRef {
-        let key = (rpc.addr, rpc.id);
+        let key = (AddrKey::from(rpc.addr), rpc.id);
         let client = rpc.is_client();
         let idx = match self.free.pop() {
             Some(idx) => idx,
@@ -64,17 +82,22 @@ impl RpcTable {
         r
     }
 
-    pub(crate) fn remove(&mut self, r: RpcRef) -> Option<Rpc> {
-        let slot = self.slots.get_mut(r.idx as usize).filter(|s| s.generation == r.generation)?;
-        let rpc = slot.rpc.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
-        self.free.push(r.idx);
+    /// Drops the RPC (in place: an `Rpc` is large) and forgets its handle.
+    pub(crate) fn remove(&mut self, r: RpcRef) {
+        let Some(slot) =
+            self.slots.get_mut(r.idx as usize).filter(|s| s.generation == r.generation)
+        else {
+            return;
+        };
+        let Some(rpc) = slot.rpc.as_ref() else { return };
         if rpc.is_client() {
             self.clients.remove(&rpc.id);
         } else {
-            self.servers.remove(&(rpc.addr, rpc.id));
+            self.servers.remove(&(AddrKey::from(rpc.addr), rpc.id));
         }
-        Some(rpc)
+        slot.rpc = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(r.idx);
     }
 
     pub(crate) fn get(&self, r: RpcRef) -> Option<&Rpc> {
@@ -90,7 +113,7 @@ impl RpcTable {
     }
 
     pub(crate) fn find_server(&self, client: SocketAddr, id: u64) -> Option<RpcRef> {
-        self.servers.get(&(client, id)).copied()
+        self.servers.get(&(AddrKey::from(client), id)).copied()
     }
 
     /// Every live RPC handle (for bulk operations such as closing a port).

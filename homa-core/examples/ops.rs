@@ -1,0 +1,77 @@
+//! Runs one benchmark scenario a given number of times, for instruction counting:
+//!
+//! ```sh
+//! cargo build --release -p homa-core --example ops
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/ops rpc 10000
+//! ```
+//!
+//! Instructions per operation = (total at N - total at 0) / N; `scripts/instructions` does
+//! that for every scenario.
+
+#[path = "../benches/pair.rs"]
+mod pair;
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+
+use homa_core::{Config, Endpoint};
+use pair::{Pair, SERVER_PORT};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let scenario = args.next().unwrap_or_default();
+    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    match scenario.as_str() {
+        "rpc" => {
+            let mut pair = Pair::new(Config::default());
+            pair.rpc(vec![1; 100], 1000); // warm-up: first contact, CUTOFFS
+            for _ in 0..n {
+                black_box(pair.rpc(vec![1; 100], 1000));
+            }
+        }
+        "megabyte" => {
+            let mut pair = Pair::new(Config { link_mbps: 1_000_000, ..Config::default() });
+            pair.rpc(vec![1; 100], 1000);
+            for _ in 0..n {
+                black_box(pair.rpc(vec![1; 1_000_000], 1000));
+            }
+        }
+        "data" => {
+            let from: SocketAddr = "198.18.0.1:4000".parse().unwrap();
+            let mut server =
+                Endpoint::new(Config { max_rx_bytes: 1 << 40, ..Config::default() }).unwrap();
+            server.bind(SERVER_PORT).unwrap();
+            let mut packet = vec![0u8; 56 + 1424];
+            packet[0..2].copy_from_slice(&40_000u16.to_be_bytes());
+            packet[2..4].copy_from_slice(&SERVER_PORT.to_be_bytes());
+            packet[11] = 0x10;
+            packet[12] = 0xE0;
+            packet[28..32].copy_from_slice(&1_000_000u32.to_be_bytes());
+            packet[32..36].copy_from_slice(&40_000u32.to_be_bytes());
+            packet[46..48].copy_from_slice(&1u16.to_be_bytes());
+            let mut buf = vec![0u8; 1500];
+            let (mut id, mut offset) = (2u64, 0u32);
+            for _ in 0..n {
+                if offset >= 1_000_000 {
+                    (id, offset) = (id + 2, 0);
+                }
+                packet[20..28].copy_from_slice(&id.to_be_bytes());
+                packet[4..8].copy_from_slice(&offset.to_be_bytes());
+                packet[52..56].copy_from_slice(&offset.to_be_bytes());
+                let len = (1_000_000 - offset).min(1424) as usize;
+                offset += len as u32;
+                server.handle_packet(0, from, &packet[..56 + len]).unwrap();
+                while let Some(t) = server.poll_transmit(0, &mut buf) {
+                    black_box(t);
+                }
+                while let Some(e) = server.poll_event() {
+                    black_box(e);
+                }
+            }
+        }
+        other => {
+            eprintln!("unknown scenario {other:?}: rpc | megabyte | data");
+            std::process::exit(2);
+        }
+    }
+}
