@@ -1,5 +1,6 @@
 //! The vector files match their JSON Schemas (draft 2020-12), checked by a real validator.
 
+use conformance::scenarios::{SCENARIOS_JSON, SCENARIOS_SCHEMA_JSON};
 use conformance::vectors::{WIRE_JSON, WIRE_SCHEMA_JSON};
 use serde_json::{Value, json};
 
@@ -56,4 +57,74 @@ fn schema_rejects_malformed_cases() {
     let invalid = json!({"id": "x", "description": "d", "tags": [], "hex": "",
         "result": "invalid", "error": "no_such_class"});
     assert!(!v.is_valid(&file(invalid)));
+}
+
+fn scenario_validator() -> jsonschema::Validator {
+    let schema: Value = serde_json::from_str(SCENARIOS_SCHEMA_JSON).expect("schema is JSON");
+    jsonschema::draft202012::new(&schema).expect("schema is a valid draft 2020-12 schema")
+}
+
+#[test]
+fn scenario_vectors_match_their_schema() {
+    let doc: Value = serde_json::from_str(SCENARIOS_JSON).expect("scenarios.json is JSON");
+    let problems = errors(&scenario_validator(), &doc);
+    assert!(problems.is_empty(), "scenarios.json breaks its schema:\n{}", problems.join("\n"));
+}
+
+/// The scenario schema rejects the mistakes a hand-edited case is likely to have.
+#[test]
+fn scenario_schema_rejects_malformed_steps() {
+    let v = scenario_validator();
+    let file = |step: Value| {
+        json!({"schema_version": 1, "kind": "scenario", "description": "",
+               "groups": [{"name": "g", "description": "", "cases": [
+                   {"id": "c", "description": "d", "tags": [], "steps": [step]}]}]})
+    };
+    let good = [
+        json!({"at": 0, "op": "bind", "port": 99}),
+        json!({"at": 0, "op": "timeout"}),
+        json!({"at": 0, "op": "expect_timeout", "deadline": null}),
+        json!({"at": 0, "op": "expect_timeout", "not_before": 5}),
+        json!({"at": 0, "op": "send_request", "port": 1, "dest": "[::1]:4000", "dest_port": 2,
+               "message": {"len": 3, "pattern": "mod251"}, "cookie": 0, "expect_return": 2}),
+        json!({"at": 0, "op": "packet", "from": "198.18.0.2:4000",
+               "fields": {"type": "BUSY", "sport": 1, "dport": 2, "sender_id": 3}}),
+        json!({"at": 0, "op": "expect_transmits", "transmits": [{"to": "198.18.0.2:4000",
+               "priority": 7, "packet": {"type": "DATA", "effective_offset": 0,
+               "payload_len": 4, "payload": {"fill": 1}}}]}),
+    ];
+    for step in good {
+        assert_eq!(errors(&v, &file(step.clone())), Vec::<String>::new(), "{step}");
+    }
+    let bad = [
+        json!({"at": 0, "op": "bind"}),
+        json!({"at": -1, "op": "timeout"}),
+        json!({"at": 0, "op": "timeout", "port": 1}),
+        json!({"at": 0, "op": "fly"}),
+        json!({"at": 0, "op": "bind", "port": 99, "expect_error": "no_such_error"}),
+        json!({"at": 0, "op": "expect_timeout"}),
+        json!({"at": 0, "op": "expect_timeout", "deadline": 5, "not_after": 6}),
+        json!({"at": 0, "op": "send_request", "port": 1, "dest": "nowhere", "dest_port": 2,
+               "message": "00", "cookie": 0}),
+        json!({"at": 0, "op": "send_request", "port": 1, "dest": "198.18.0.2:1", "dest_port": 2,
+               "message": {"len": 3, "fill": 1, "pattern": "mod251"}, "cookie": 0}),
+        json!({"at": 0, "op": "packet", "from": "198.18.0.2:4000", "hex": "00",
+               "fields": {"type": "BUSY", "sport": 1, "dport": 2, "sender_id": 3}}),
+        json!({"at": 0, "op": "packet", "from": "198.18.0.2:4000",
+               "fields": {"type": "BUSY", "sport": 1, "dport": 2, "sender_id": 3, "bogus": 1}}),
+        json!({"at": 0, "op": "expect_transmits", "transmits": [{"to": "198.18.0.2:4000",
+               "priority": 8, "packet": {"type": "BUSY"}}]}),
+        json!({"at": 0, "op": "expect_transmits", "transmits": [{"to": "198.18.0.2:4000",
+               "priority": 7, "packet": {"type": "DATA", "payload": {"fill": 1}}}]}),
+        json!({"at": 0, "op": "expect_events", "events": [{"type": "rpc_failed", "id": 2,
+               "cookie": 0, "reason": "bored"}]}),
+        json!({"at": 0, "op": "expect_metrics", "metrics": {"drops": {"no_port": -1}}}),
+    ];
+    for step in bad {
+        assert!(!v.is_valid(&file(step.clone())), "schema accepted {step}");
+    }
+    let bad_config = json!({"schema_version": 1, "kind": "scenario", "description": "",
+        "groups": [{"name": "g", "description": "", "cases": [{"id": "c", "description": "d",
+        "tags": [], "config": {"max_overcommit": 9}, "steps": [{"at": 0, "op": "timeout"}]}]}]});
+    assert!(!v.is_valid(&bad_config));
 }
