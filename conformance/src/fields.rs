@@ -188,10 +188,16 @@ pub fn encode(m: &Map<String, Value>) -> Result<Vec<u8>, FieldsError> {
                     &format!("says {n} but `acks` lists {}", acks.len()),
                 ));
             }
+            if acks.len() > wire::MAX_ACKS {
+                return Err(wire::Error::TooManyAcks(acks.len() as u16).into());
+            }
             let mut slots = acks.clone();
             slots.extend(unused);
             if slots.len() > wire::MAX_ACKS {
-                return Err(wire::Error::TooManyAcks(acks.len().max(slots.len()) as u16).into());
+                return Err(invalid(
+                    "unused_acks",
+                    &format!("`acks` and `unused_acks` fill {} slots; an ACK has 5", slots.len()),
+                ));
             }
             slots.resize(wire::MAX_ACKS, Ack::NONE);
             let slots: [Ack; wire::MAX_ACKS] = slots.try_into().expect("resized to MAX_ACKS");

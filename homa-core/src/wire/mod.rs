@@ -176,10 +176,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Error::Truncated { packet_type: Some(t), len, min } => {
-                write!(f, "truncated {t} packet: {len} bytes, a {t} header needs {min}")
+                write!(f, "truncated {t} packet: {len} {}, a {t} header needs {min}", bytes(len))
             }
             Error::Truncated { packet_type: None, len, min } => {
-                write!(f, "truncated packet: {len} bytes, the common header needs {min}")
+                write!(f, "truncated packet: {len} {}, the common header needs {min}", bytes(len))
             }
             Error::UnknownType(code) => {
                 write!(f, "unknown packet type 0x{code:02x} (valid types are 0x10..=0x18)")
@@ -206,6 +206,10 @@ impl fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
+
+fn bytes(n: usize) -> &'static str {
+    if n == 1 { "byte" } else { "bytes" }
+}
 
 /// The local id of an RPC whose packets carry `wire_id` in `sender_id`: the sender's id with
 /// bit 0 flipped (`homa_local_id`). Clients own even ids, servers the odd twin.
