@@ -69,6 +69,10 @@ pub struct Config {
     pub timeout_ticks: u32,
     /// Ticks after a response is sent before the server asks for an ACK.
     pub request_ack_ticks: u32,
+    /// Ticks a server keeps asking for an ACK (NEED_ACK every tick) before it forgets the
+    /// RPC. Not in the module, which asks forever: this bounds the memory a vanished client
+    /// can pin.
+    pub ack_timeout_ticks: u32,
 
     // --- Limits against hostile or broken peers ---
     /// Peers tracked at once; packets that would need another are dropped and counted.
@@ -112,6 +116,7 @@ impl Default for Config {
             resend_interval: 5,
             timeout_ticks: 100,
             request_ack_ticks: 2,
+            ack_timeout_ticks: 1000,
             max_peers: 10_000,
             max_rpcs_per_peer: 10_000,
             max_rx_bytes: 1 << 30,
@@ -185,6 +190,11 @@ impl Config {
             "timeout_ticks",
             "must exceed resend_ticks, or nothing is ever resent",
         )?;
+        check(
+            self.ack_timeout_ticks > self.request_ack_ticks,
+            "ack_timeout_ticks",
+            "must exceed request_ack_ticks, or no NEED_ACK is ever sent",
+        )?;
         check(self.max_peers > 0, "max_peers", "must be positive")?;
         check(self.max_rpcs_per_peer > 0, "max_rpcs_per_peer", "must be positive")?;
         check(
@@ -221,15 +231,13 @@ impl Config {
             .map_or(0, |i| i - 1)
     }
 
-    /// The cutoff table as sent in CUTOFFS: unused levels zeroed, entry 0 infinity.
+    /// The cutoff table as sent in CUTOFFS: levels beyond `num_priorities` zeroed, entry 0
+    /// as configured (receivers read it as infinity; the module sends its initial 0).
     pub fn advertised_cutoffs(&self) -> [u32; MAX_PRIORITIES as usize] {
         let mut c = self.unsched_cutoffs;
-        for (i, slot) in c.iter_mut().enumerate() {
-            if i >= usize::from(self.num_priorities) {
-                *slot = 0;
-            }
+        for slot in c.iter_mut().skip(usize::from(self.num_priorities)) {
+            *slot = 0;
         }
-        c[0] = i32::MAX as u32;
         c
     }
 
@@ -270,10 +278,7 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.max_payload(), 1424);
         assert_eq!(c.max_sched_prio(), 3);
-        assert_eq!(
-            c.advertised_cutoffs(),
-            [i32::MAX as u32, 0, 0, 0, 1_000_000, 15_000, 2_800, 200]
-        );
+        assert_eq!(c.advertised_cutoffs(), [0, 0, 0, 0, 1_000_000, 15_000, 2_800, 200]);
         assert_eq!(c.grant_window(1), 200_000);
         // 50,000 bytes at 5 % of 25 Gbit/s = 320 µs.
         assert_eq!(c.fifo_grant_interval(), Some(320_000));
@@ -307,6 +312,6 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(c.max_sched_prio(), 0);
-        assert_eq!(c.advertised_cutoffs(), [i32::MAX as u32, 1_000_000, 500, 0, 0, 0, 0, 0]);
+        assert_eq!(c.advertised_cutoffs(), [0, 1_000_000, 500, 0, 0, 0, 0, 0]);
     }
 }

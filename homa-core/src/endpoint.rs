@@ -318,7 +318,8 @@ impl Endpoint {
 
     /// When the endpoint next needs `handle_timeout` or `poll_transmit`: a time at or before
     /// the last `now` seen whenever a packet is ready (the pacer's next slot included).
-    /// `None` when idle. Amortised O(1).
+    /// `None` when nothing is pending. A timer set for an RPC that has since ended may still
+    /// be reported once (its `handle_timeout` is a no-op). Amortised O(1).
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         if !self.tx.control.is_empty() || !self.tx.resends.is_empty() {
             return Some(self.now);
@@ -1004,7 +1005,7 @@ impl Endpoint {
         if let Some(done) = x.timer.done_tick {
             // A server whose response is out: ask for the ack each tick, within bounds.
             if tick >= done + u64::from(self.config.request_ack_ticks) {
-                if tick - done >= u64::from(self.config.timeout_ticks) {
+                if tick - done >= u64::from(self.config.ack_timeout_ticks) {
                     self.metrics.server_timeouts += 1;
                     self.end_rpc(r);
                     return;

@@ -168,3 +168,25 @@ fn a_server_whose_client_vanishes_forgets_the_rpc() {
     assert_eq!(server.metrics().server_timeouts, 1);
     assert_eq!(server.metrics().tx_bytes, 0);
 }
+
+#[test]
+fn a_server_stops_asking_for_an_ack_after_ack_timeout_ticks() {
+    let config = Config { ack_timeout_ticks: 50, ..Config::default() };
+    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 13);
+    let mut app = Echo::default();
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(100, 1));
+    while !app.responses.contains_key(&(hosts[1], id)) {
+        net.step(&mut app);
+    }
+    // The client got its response, then vanished before acknowledging it.
+    net.link_mut(links[1].0).faults.loss = 1.0;
+    let start = net.now();
+    settle(&mut net, &mut app, 1000);
+    let server = net.endpoint(hosts[0]);
+    assert_eq!(server.rpc_count(), 0);
+    let need_acks = server.metrics().packets_out_by_type[7];
+    // NEED_ACK every tick from request_ack_ticks after the response until the limit.
+    let expected = u64::from(config.ack_timeout_ticks - config.request_ack_ticks);
+    assert!(need_acks.abs_diff(expected) <= 1, "{need_acks} NEED_ACKs, expected about {expected}");
+    assert!(net.now() - start <= u64::from(config.ack_timeout_ticks + 2) * config.tick());
+}
