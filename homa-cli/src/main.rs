@@ -17,8 +17,10 @@ mod error;
 mod net;
 mod output;
 mod pcap;
+mod sim;
 
-/// Decode and encode Homa packets, byte for byte as the Linux kernel module sends them.
+/// Decode and encode Homa packets, byte for byte as the Linux kernel module sends them, and
+/// simulate a datacenter running Homa.
 #[derive(Debug, Parser)]
 #[command(
     name = "homa",
@@ -28,6 +30,7 @@ Examples:
   homa decode 138880000000000000000014500600008c4ab97d0000000000000003
   homa decode --pcap trace.pcap --udp-port 4000
   homa decode 138880000000000000000014500600008c4ab97d0000000000000003 | homa encode
+  homa sim --workload w3 --load 0.8
 
 Exit status: 0 on success, 1 when reading or writing fails, 2 for bad input or usage."
 )]
@@ -40,6 +43,7 @@ struct Cli {
 enum Command {
     Decode(decode::Args),
     Encode(encode::Args),
+    Sim(sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Decode(args) => decode::run(&args),
         Command::Encode(args) => encode::run(&args),
+        Command::Sim(args) => sim::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

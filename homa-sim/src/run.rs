@@ -342,6 +342,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         })?;
         driver.client_port = port; // the same on every fresh endpoint
     }
+    share_cutoffs(&mut net, &mut driver, hosts, &cfg.endpoint);
 
     // Which messages are measured: by count or by creation time.
     let (warm_msgs, measured_msgs) = match cfg.stop {
@@ -472,6 +473,31 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         packet_hops,
         sim_end: net.now(),
     }))
+}
+
+/// Tells every host every other host's unscheduled cutoffs, as a CUTOFFS packet from each
+/// would. A sender uses one level for all unscheduled packets to a receiver it has not heard
+/// CUTOFFS from (module behaviour); in a long-running cluster every pair has, so the
+/// simulation starts there.
+fn share_cutoffs(net: &mut Network, driver: &mut Driver, hosts: usize, config: &Config) {
+    use homa_core::wire::{self, PacketType, header};
+    let repr = wire::Repr {
+        // Sender id 1: the receiver takes it as one of its client RPCs, on its client port.
+        header: header::Repr::new(PacketType::Cutoffs, SERVER_PORT, driver.client_port, 1),
+        body: wire::Body::Cutoffs(wire::cutoffs::Repr {
+            unsched_cutoffs: config.advertised_cutoffs(),
+            cutoff_version: config.cutoff_version,
+        }),
+    };
+    let mut buf = [0u8; 128];
+    let len = repr.emit(&mut buf).expect("a CUTOFFS packet fits");
+    for to in 0..hosts {
+        net.with_endpoint(to, driver, |now, ep| {
+            for from in (0..hosts).filter(|&f| f != to) {
+                let _ = ep.handle_packet(now, host_addr(from), &buf[..len]);
+            }
+        });
+    }
 }
 
 /// Does the hosts' deferred work: next chunks, and one-way aborts.
