@@ -397,7 +397,9 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
                     .sum();
                 let delivered = driver.delivered_bytes - delivered_at_start;
                 window = Some(((t - start).max(1), uplink, delivered));
-                drain_deadline = t + 4 * (t - start) + 10_000_000;
+                // Background traffic goes on for as long again, so measured messages still
+                // in flight finish under load; then arrivals stop.
+                drain_deadline = t + (t - start);
             }
             if driver.measured_live == 0 || t > drain_deadline {
                 break;
@@ -438,7 +440,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         flush(&mut net, &mut driver);
         next += exp(&mut rng);
     }
+    // Stragglers finish on a network that now only drains (bounded by another window).
     let (window_ns, uplink_bytes, delivered) = window.unwrap_or((1, 0, 0));
+    let limit = net.now() + window_ns;
+    while driver.measured_live > 0 && net.next_time().is_some_and(|t| t <= limit) {
+        net.step(&mut driver);
+        flush(&mut net, &mut driver);
+    }
     let mut metrics = homa_core::Metrics::default();
     for h in 0..hosts {
         report::add_metrics(&mut metrics, &net.endpoint(h).metrics());
