@@ -1,0 +1,604 @@
+//! The driver: one [`Endpoint`] and its transport behind a mutex, a thread that waits for
+//! packets and deadlines, and the completions API threads wait on.
+//!
+//! Whoever holds the lock drives: an API thread sends its request or response itself (no
+//! hop to another thread on the send path), and the driver thread handles arrivals and
+//! timers. Every input is followed by draining transmits and events (`drain`), and before
+//! the lock is released `settle` reads the deadline and arms a timerfd with it — the
+//! driving rule of `homa_core`, whoever the driver is.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io;
+use std::mem;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use homa_core::{Endpoint, Event, FailReason, Instant, Payload, ServerRpc};
+
+use crate::cidr::Cidr;
+use crate::error::{Error, Result};
+use crate::transport::{Batch, Datagram, RECV_SLOT_LEN, Transport};
+
+/// Datagrams per send or receive batch.
+const BATCH: usize = 32;
+/// Receive batches handled per wake-up before timers run anyway and the lock is released.
+const RX_ROUNDS: usize = 64;
+/// Timer passes in one go before leaving the rest to the (already due) timerfd.
+const TIMER_ROUNDS: usize = 8;
+
+const TOKEN_SOCKET: u64 = 0;
+const TOKEN_TIMER: u64 = 1;
+const TOKEN_WAKE: u64 = 2;
+
+/// Counters the driver keeps besides the endpoint's and the transport's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct DriverCounters {
+    pub(crate) dropped_by_allow_list: u64,
+    pub(crate) wakeups: u64,
+}
+
+/// The outcome of one call, filled by the driver, awaited by a thread or a task.
+#[derive(Debug, Default)]
+pub(crate) struct Completion {
+    state: Mutex<CallState>,
+    cv: Condvar,
+    done: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct CallState {
+    result: Option<Result<Vec<u8>>>,
+    waker: Option<Waker>,
+}
+
+impl Completion {
+    /// Stores the result; returns the task to wake, if one is waiting.
+    fn complete(&self, result: Result<Vec<u8>>) -> Option<Waker> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.result = Some(result);
+        self.done.store(true, Ordering::Release);
+        self.cv.notify_all();
+        s.waker.take()
+    }
+
+    /// The result if there is one, else registers `waker` to be woken with it.
+    pub(crate) fn poll(&self, waker: &Waker) -> Option<Result<Vec<u8>>> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let r = s.result.take();
+        if r.is_none() && !s.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            s.waker = Some(waker.clone());
+        }
+        r
+    }
+
+    /// Blocks until the result is there, spinning first for `spin` if given.
+    pub(crate) fn wait(&self, spin: Option<Duration>) -> Result<Vec<u8>> {
+        if let Some(spin) = spin {
+            let start = std::time::Instant::now();
+            while !self.done.load(Ordering::Acquire) && start.elapsed() < spin {
+                std::hint::spin_loop();
+            }
+        }
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = s.result.take() {
+                return r;
+            }
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A client RPC the application waits for.
+#[derive(Debug)]
+struct PendingCall {
+    completion: Arc<Completion>,
+    /// The destination as the application named it (for `Error::Unreachable`).
+    dest: SocketAddr,
+    deadline: Option<Instant>,
+}
+
+/// A request received and not yet taken by the application.
+#[derive(Debug)]
+pub(crate) struct Incoming {
+    pub(crate) rpc: ServerRpc,
+    pub(crate) client_port: u16,
+    pub(crate) message: Vec<u8>,
+}
+
+/// Everything the lock protects.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) transport: Box<dyn Transport>,
+    tx: Batch,
+    rx: Batch,
+    calls: HashMap<u64, PendingCall>,
+    /// Application deadlines of calls: (when, id).
+    deadlines: BTreeSet<(Instant, u64)>,
+    pub(crate) requests: VecDeque<Incoming>,
+    request_wakers: Vec<Waker>,
+    allow: Vec<Cidr>,
+    /// The deadline the timerfd is armed with.
+    armed: Option<Instant>,
+    /// The time when the lock was last taken (nanoseconds since the driver started).
+    now: Instant,
+    timer: RawFd,
+    origin: u64,
+    pub(crate) counters: DriverCounters,
+    /// Tasks to wake once the lock is released.
+    to_wake: Vec<Waker>,
+    new_requests: usize,
+    pub(crate) closed: bool,
+}
+
+/// What API threads and the driver thread share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    requests_ready: Condvar,
+    /// Requests queued, readable without the lock (for busy-polling receivers).
+    queued: AtomicUsize,
+    wake: OwnedFd,
+    _timer: OwnedFd,
+    origin: u64,
+    closed: AtomicBool,
+    pub(crate) busy_poll: Option<Duration>,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+/// Takes ownership of a file descriptor a system call just returned.
+fn owned(rc: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: a non-negative result of eventfd/timerfd_create/epoll_create1 is a new fd
+    // owned by nobody else.
+    cvt(rc).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Shared {
+    /// Starts a driver thread for `endpoint` over `transport`.
+    pub(crate) fn start(
+        endpoint: Endpoint,
+        transport: Box<dyn Transport>,
+        allow: Vec<Cidr>,
+        busy_poll: Option<Duration>,
+    ) -> Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
+        // SAFETY: plain system calls creating new descriptors.
+        let wake = owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        let timer = owned(unsafe {
+            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+        })?;
+        let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        for (fd, token) in [
+            (transport.readiness_fd().as_raw_fd(), TOKEN_SOCKET),
+            (timer.as_raw_fd(), TOKEN_TIMER),
+            (wake.as_raw_fd(), TOKEN_WAKE),
+        ] {
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+            // SAFETY: all three descriptors are open; ev is a valid epoll_event.
+            cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+        }
+        let origin = monotonic_ns();
+        let slot_len = endpoint.config().max_packet_len();
+        let inner = Inner {
+            endpoint,
+            transport,
+            tx: Batch::new(BATCH, slot_len),
+            rx: Batch::new(BATCH, RECV_SLOT_LEN),
+            calls: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            requests: VecDeque::new(),
+            request_wakers: Vec::new(),
+            allow,
+            armed: None,
+            now: 0,
+            timer: timer.as_raw_fd(),
+            origin,
+            counters: DriverCounters::default(),
+            to_wake: Vec::new(),
+            new_requests: 0,
+            closed: false,
+        };
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            requests_ready: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            wake,
+            _timer: timer,
+            origin,
+            closed: AtomicBool::new(false),
+            busy_poll,
+        });
+        let driver = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("homa-driver".into())
+            .spawn(move || driver.run(epoll))?;
+        Ok((shared, thread))
+    }
+
+    /// Nanoseconds since the driver started: the endpoint's clock.
+    fn now(&self) -> Instant {
+        monotonic_ns().saturating_sub(self.origin)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the locked state with the current time, then wakes whoever `f` made
+    /// ready.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner, Instant) -> R) -> R {
+        let mut inner = self.lock();
+        let now = inner.clock(self.now());
+        let r = f(&mut inner, now);
+        self.release(inner);
+        r
+    }
+
+    fn release(&self, mut inner: MutexGuard<'_, Inner>) {
+        let wakers = mem::take(&mut inner.to_wake);
+        let new = mem::take(&mut inner.new_requests);
+        self.queued.store(inner.requests.len(), Ordering::Release);
+        drop(inner);
+        for _ in 0..new {
+            self.requests_ready.notify_one();
+        }
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Blocks until a request is queued; `None` after `timeout`.
+    pub(crate) fn next_request(&self, timeout: Option<Duration>) -> Result<Incoming> {
+        if let Some(spin) = self.busy_poll {
+            let start = std::time::Instant::now();
+            while self.queued.load(Ordering::Acquire) == 0
+                && !self.closed.load(Ordering::Acquire)
+                && start.elapsed() < spin
+            {
+                std::hint::spin_loop();
+            }
+        }
+        let end = timeout.map(|t| std::time::Instant::now() + t);
+        let mut inner = self.lock();
+        loop {
+            if inner.closed {
+                return Err(Error::Shutdown);
+            }
+            if let Some(r) = inner.requests.pop_front() {
+                self.queued.store(inner.requests.len(), Ordering::Release);
+                return Ok(r);
+            }
+            inner = match end {
+                None => self.requests_ready.wait(inner).unwrap_or_else(|e| e.into_inner()),
+                Some(end) => {
+                    let left = end.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::TimedOut);
+                    }
+                    self.requests_ready
+                        .wait_timeout(inner, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// A queued request, or registers `waker` for the next one.
+    pub(crate) fn poll_request(&self, waker: &Waker) -> Option<Result<Incoming>> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return Some(Err(Error::Shutdown));
+        }
+        if let Some(r) = inner.requests.pop_front() {
+            self.queued.store(inner.requests.len(), Ordering::Release);
+            return Some(Ok(r));
+        }
+        if !inner.request_wakers.iter().any(|w| w.will_wake(waker)) {
+            inner.request_wakers.push(waker.clone());
+        }
+        None
+    }
+
+    /// Closes: pending calls fail with `Error::Shutdown`, waiting receivers return it, and
+    /// the driver thread exits. Idempotent.
+    pub(crate) fn close(&self) {
+        let mut inner = self.lock();
+        if !inner.closed {
+            inner.closed = true;
+            inner.fail_all();
+            inner.clock(self.now());
+            inner.settle(false);
+            inner.requests.clear();
+            let wakers = mem::take(&mut inner.request_wakers);
+            inner.to_wake.extend(wakers);
+        }
+        self.closed.store(true, Ordering::Release);
+        self.release(inner);
+        self.requests_ready.notify_all();
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd. A full counter (EAGAIN)
+        // still leaves it readable, which is all that matters.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// The driver thread: wait for packets, deadlines or shutdown; handle them; repeat.
+    fn run(self: Arc<Shared>, epoll: OwnedFd) {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        let mut last_busy = std::time::Instant::now();
+        loop {
+            let spin = self.busy_poll.is_some_and(|b| last_busy.elapsed() < b);
+            // SAFETY: events is a live array of the length given.
+            let n = unsafe {
+                libc::epoll_wait(
+                    epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    if spin { 0 } else { -1 },
+                )
+            };
+            if self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            if n <= 0 {
+                continue; // EINTR, or nothing yet while spinning
+            }
+            if self.busy_poll.is_some() {
+                last_busy = std::time::Instant::now();
+            }
+            for ev in &events[..n as usize] {
+                let token = ev.u64;
+                let fd = match token {
+                    TOKEN_TIMER => self._timer.as_raw_fd(),
+                    TOKEN_WAKE => self.wake.as_raw_fd(),
+                    _ => continue,
+                };
+                let mut buf = [0u8; 8];
+                // SAFETY: reads 8 bytes into a live buffer; clears the fd's readiness.
+                unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+            }
+            let mut inner = self.lock();
+            let now = inner.clock(self.now());
+            inner.counters.wakeups += 1;
+            // Timers run only once what had arrived is handled: a response waiting in the
+            // socket queue must count before its RPC is judged silent.
+            inner.receive(now);
+            inner.settle(true);
+            self.release(inner);
+        }
+    }
+}
+
+impl Inner {
+    fn allowed(&self, from: SocketAddr) -> bool {
+        self.allow.is_empty() || self.allow.iter().any(|c| c.contains(from.ip()))
+    }
+
+    /// Receives what is waiting (a bounded number of batches) and feeds it to the endpoint.
+    fn receive(&mut self, now: Instant) {
+        let mut rx = mem::replace(&mut self.rx, Batch::new(0, 0));
+        for _ in 0..RX_ROUNDS {
+            rx.clear();
+            if let Err(e) = self.transport.recv(&mut rx) {
+                tracing::error!("receive failed: {e}");
+                break;
+            }
+            for i in 0..rx.len() {
+                let (d, bytes) = rx.get(i);
+                if !self.allowed(d.addr) {
+                    self.counters.dropped_by_allow_list += 1;
+                    continue;
+                }
+                // Malformed packets are counted by the endpoint; nothing else to do.
+                let _ = self.endpoint.handle_packet(now, d.addr, bytes);
+                self.drain(now);
+            }
+            if !rx.is_full() {
+                break;
+            }
+        }
+        self.rx = rx;
+    }
+
+    /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
+    /// when full) and every event.
+    fn drain(&mut self, now: Instant) {
+        while let Some(t) = self.endpoint.poll_transmit(now, self.tx.next_slot()) {
+            self.tx.push(Datagram { addr: t.to, len: t.len, priority: t.priority });
+            if self.tx.is_full() {
+                self.flush();
+            }
+        }
+        while let Some(event) = self.endpoint.poll_event() {
+            self.dispatch(event);
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.tx.is_empty()
+            && let Err(e) = self.transport.send(&mut self.tx)
+        {
+            tracing::error!("send failed: {e}");
+            self.tx.clear();
+        }
+    }
+
+    /// Records the time at which the lock was taken (never going backwards).
+    pub(crate) fn clock(&mut self, now: Instant) -> Instant {
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    /// The earliest of the endpoint's deadline and the calls' deadlines.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let user = self.deadlines.first().map(|&(when, _)| when);
+        match (self.endpoint.poll_timeout(), user) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Drains, sends, and feeds back what the transport learned (unreachable peers); with
+    /// `timers`, handles expired call deadlines and due endpoint timers; finally arms the
+    /// timerfd with the next deadline. Call before releasing the lock after any input. API
+    /// threads pass `timers = false`: the driver thread runs timers, after draining
+    /// arrivals.
+    pub(crate) fn settle(&mut self, timers: bool) {
+        let now = self.now;
+        let mut rounds = 0;
+        loop {
+            self.drain(now);
+            self.flush();
+            let mut fed = false;
+            while let Some(peer) = self.transport.poll_unreachable() {
+                self.endpoint.handle_unreachable(peer, None);
+                fed = true;
+            }
+            if fed {
+                continue;
+            }
+            let next = self.next_deadline();
+            if timers && next.is_some_and(|d| d <= now) && rounds < TIMER_ROUNDS {
+                rounds += 1;
+                while let Some(&(when, id)) = self.deadlines.first()
+                    && when <= now
+                {
+                    self.deadlines.pop_first();
+                    self.cancel(id, Some(Error::TimedOut));
+                }
+                self.endpoint.handle_timeout(now);
+                continue;
+            }
+            self.arm(next, now);
+            return;
+        }
+    }
+
+    /// Makes sure the timerfd fires by `deadline`. A timer already set to fire earlier is
+    /// left alone (waking early is harmless: the driver finds nothing due and re-arms),
+    /// which saves a system call on most calls.
+    fn arm(&mut self, deadline: Option<Instant>, now: Instant) {
+        let Some(d) = deadline else { return };
+        if self.armed.is_some_and(|a| a > now && a <= d) {
+            return;
+        }
+        self.armed = Some(d);
+        // An absolute time already past fires at once.
+        let at = self.origin + d.max(1);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: (at / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: our timerfd, a valid itimerspec, and no old value wanted.
+        let rc = unsafe {
+            libc::timerfd_settime(self.timer, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
+        };
+        if rc < 0 {
+            tracing::error!("timerfd_settime failed: {}", io::Error::last_os_error());
+        }
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        match event {
+            Event::RequestReceived { rpc, client_port, message, .. } => {
+                self.requests.push_back(Incoming { rpc, client_port, message });
+                self.new_requests += 1;
+                let wakers = mem::take(&mut self.request_wakers);
+                self.to_wake.extend(wakers);
+            }
+            Event::ResponseReceived { id, message, .. } => self.finish(id, Ok(message)),
+            Event::RpcFailed { id, reason, .. } => {
+                let Some(dest) = self.calls.get(&id).map(|c| c.dest) else { return };
+                let err = match reason {
+                    FailReason::Timeout => Error::TimedOut,
+                    FailReason::Unreachable => Error::Unreachable(dest),
+                    _ => Error::Shutdown,
+                };
+                self.finish(id, Err(err));
+            }
+        }
+    }
+
+    /// Hands a call its result.
+    fn finish(&mut self, id: u64, result: Result<Vec<u8>>) {
+        let Some(call) = self.calls.remove(&id) else { return };
+        if let Some(d) = call.deadline {
+            self.deadlines.remove(&(d, id));
+        }
+        if let Some(w) = call.completion.complete(result) {
+            self.to_wake.push(w);
+        }
+    }
+
+    /// Starts a call (the caller settles afterwards).
+    pub(crate) fn start_call(
+        &mut self,
+        now: Instant,
+        port: u16,
+        dest: SocketAddr,
+        message: Payload,
+        timeout: Option<Duration>,
+    ) -> Result<(u64, Arc<Completion>)> {
+        if self.closed {
+            return Err(Error::Shutdown);
+        }
+        if dest.port() == 0 || dest.port() >= homa_core::MIN_EPHEMERAL_PORT {
+            return Err(Error::InvalidPort(dest.port()));
+        }
+        let peer = self.transport.peer(dest).ok_or(Error::AddressFamily(dest))?;
+        let id = self.endpoint.send_request(now, port, peer, dest.port(), message, 0)?;
+        let completion = Arc::new(Completion::default());
+        let deadline =
+            timeout.map(|t| now.saturating_add(t.as_nanos().try_into().unwrap_or(u64::MAX)));
+        if let Some(d) = deadline {
+            self.deadlines.insert((d, id));
+        }
+        self.calls.insert(id, PendingCall { completion: Arc::clone(&completion), dest, deadline });
+        Ok((id, completion))
+    }
+
+    /// Abandons call `id`, completing it with `error` if given. Returns whether it existed.
+    pub(crate) fn cancel(&mut self, id: u64, error: Option<Error>) -> bool {
+        let Some(call) = self.calls.get(&id) else { return false };
+        let _ = self.endpoint.abort(id);
+        match error {
+            Some(e) => self.finish(id, Err(e)),
+            None => {
+                if let Some(d) = call.deadline {
+                    self.deadlines.remove(&(d, id));
+                }
+                self.calls.remove(&id);
+            }
+        }
+        true
+    }
+
+    /// Fails every pending call with `Error::Shutdown`.
+    fn fail_all(&mut self) {
+        let ids: Vec<u64> = self.calls.keys().copied().collect();
+        for id in ids {
+            self.cancel(id, Some(Error::Shutdown));
+        }
+    }
+
+    pub(crate) fn pending_calls(&self) -> usize {
+        self.calls.len()
+    }
+}

@@ -1,0 +1,47 @@
+//! Homa on real networks: the sans-IO [`homa_core::Endpoint`] driven by a thread over
+//! UDP, raw IP protocol 146, or io_uring, behind a blocking and `Future`-based [`Socket`].
+//!
+//! - [`Socket`]: bind a server port or open a client; [`Socket::call`] (blocking) and
+//!   [`Socket::call_async`] (a runtime-agnostic [`Future`](std::future::Future), also
+//!   waitable); [`Socket::recv_request`] and [`Request::reply`]; [`Socket::abort`];
+//!   [`Socket::metrics`]; [`Socket::shutdown`].
+//! - [`Builder`]: transport ([`TransportKind`]), MTU, link rate, busy polling, a CIDR
+//!   allow-list ([`Cidr`]), and any other [`Config`] tunable.
+//! - [`transport`]: the [`Transport`] trait and its implementations, for embedding.
+//!
+//! # Threading
+//!
+//! Each socket has one driver thread that sleeps in `epoll` on the transport and a timerfd
+//! armed with the endpoint's next deadline. The endpoint sits behind a mutex: a calling
+//! thread sends its own packets (no thread hop on the send path), the driver thread
+//! receives and runs timers, and completions reach waiting threads through condition
+//! variables and tasks through their `Waker`s. Nothing spins unless
+//! [`Builder::busy_poll`] asks for it.
+//!
+//! ```
+//! use homa_io::Socket;
+//! use std::net::Ipv4Addr;
+//!
+//! let server = Socket::bind("127.0.0.1:4322".parse().unwrap())?;
+//! let client = Socket::client(Ipv4Addr::LOCALHOST)?;
+//! let call = client.call_async(server.local_addr(), b"hello".to_vec(), None)?;
+//! let request = server.recv_request()?;
+//! assert_eq!(request.message(), b"hello");
+//! request.reply(b"world".to_vec())?;
+//! assert_eq!(call.wait()?, b"world");
+//! # Ok::<(), homa_io::Error>(())
+//! ```
+//!
+//! Linux only.
+
+mod cidr;
+mod driver;
+mod error;
+mod socket;
+pub mod transport;
+
+pub use cidr::{Cidr, CidrParseError};
+pub use error::{Error, Result};
+pub use homa_core::{Config, Payload};
+pub use socket::{Builder, Call, Metrics, RecvRequest, Request, Socket};
+pub use transport::{Transport, TransportKind, TransportStats};

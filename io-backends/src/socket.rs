@@ -1,0 +1,506 @@
+//! [`Socket`]: the application's view of Homa — calls (blocking or as futures), received
+//! requests and their replies, metrics and shutdown.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use homa_core::{Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT, Payload, ServerRpc};
+
+use crate::cidr::Cidr;
+use crate::driver::{Completion, Incoming, Shared};
+use crate::error::{Error, Result};
+use crate::transport::{self, TransportKind, TransportStats};
+
+/// Homa ports taken by raw-IP sockets of this process. Every raw socket sees every Homa
+/// packet for its address, so two endpoints must not answer to the same port.
+static RAW_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+fn raw_ports() -> std::sync::MutexGuard<'static, BTreeSet<u16>> {
+    RAW_PORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Options for opening a [`Socket`]: transport, MTU, link rate, busy polling, allow-list,
+/// and any other [`Config`] tunable.
+///
+/// ```no_run
+/// use homa_io::{Socket, TransportKind};
+/// let server = Socket::builder()
+///     .transport(TransportKind::Udp)
+///     .allow(["198.18.0.0/15".parse().unwrap()])
+///     .bind("0.0.0.0:4000".parse().unwrap())?;
+/// # Ok::<(), homa_io::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    kind: TransportKind,
+    config: Config,
+    busy_poll: Option<Duration>,
+    allow: Vec<Cidr>,
+}
+
+impl Builder {
+    /// The transport (default: UDP).
+    pub fn transport(mut self, kind: TransportKind) -> Builder {
+        self.kind = kind;
+        self
+    }
+
+    /// All Homa tunables at once (module sysctl names and defaults). `outer_header_bytes`
+    /// is always set from the transport. Call before [`mtu`](Builder::mtu) and
+    /// [`link_mbps`](Builder::link_mbps), which change fields of this config.
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = config;
+        self
+    }
+
+    /// Largest IP packet to send (default 1500). Use the path MTU: larger packets are
+    /// fragmented by the kernel (UDP) or refused (raw IP with path MTU discovery). On
+    /// loopback, 65,535 gives the best throughput.
+    pub fn mtu(mut self, mtu: u32) -> Builder {
+        self.config.mtu = mtu;
+        self
+    }
+
+    /// Uplink speed in Mbit/s, for the pacer (default 25,000).
+    pub fn link_mbps(mut self, mbps: u32) -> Builder {
+        self.config.link_mbps = mbps;
+        self
+    }
+
+    /// Trade CPU for latency: the driver thread polls the socket, and waiting callers spin,
+    /// for up to `spin` after the last activity before sleeping. Off by default.
+    pub fn busy_poll(mut self, spin: Duration) -> Builder {
+        self.busy_poll = Some(spin);
+        self
+    }
+
+    /// Accept packets only from these prefixes; others are dropped and counted in
+    /// [`Metrics::dropped_by_allow_list`]. Empty (the default) accepts everyone.
+    pub fn allow(mut self, nets: impl IntoIterator<Item = Cidr>) -> Builder {
+        self.allow.extend(nets);
+        self
+    }
+
+    /// A server socket: accepts requests on Homa port `addr.port()` (1..=32767). With UDP
+    /// the UDP socket binds `addr` itself; with raw IP only `addr.ip()` is bound and the
+    /// port lives in the Homa header. Can also make calls.
+    pub fn bind(self, addr: SocketAddr) -> Result<Socket> {
+        let port = addr.port();
+        if port == 0 || port >= MIN_EPHEMERAL_PORT {
+            return Err(Error::InvalidPort(port));
+        }
+        self.open(addr, Some(port))
+    }
+
+    /// A client socket on local address `local` (e.g. `Ipv4Addr::UNSPECIFIED`), with an
+    /// ephemeral Homa port (and UDP port). It can call peers of `local`'s address family.
+    pub fn client(self, local: impl Into<IpAddr>) -> Result<Socket> {
+        self.open(SocketAddr::new(local.into(), 0), None)
+    }
+
+    fn open(self, local: SocketAddr, server: Option<u16>) -> Result<Socket> {
+        if self.kind.is_ip()
+            && let Some(port) = server
+            && raw_ports().contains(&port)
+        {
+            return Err(Error::PortInUse(port));
+        }
+        let transport = transport::open(self.kind, local)?;
+        let mut config = self.config;
+        config.outer_header_bytes = transport.outer_header_bytes();
+        config.validate()?;
+        if config.max_packet_len() > transport.max_packet_len() {
+            let reason = "larger than one datagram of this transport can carry";
+            return Err(ConfigError { field: "mtu", reason }.into());
+        }
+        let mut endpoint = Endpoint::new(config)?;
+        let kind = transport.kind();
+        let port = match server {
+            Some(port) => {
+                endpoint.bind(port)?;
+                port
+            }
+            None => endpoint.bind_ephemeral()?,
+        };
+        let claim = if kind.is_ip() {
+            Some(claim_raw_port(&mut endpoint, port, server.is_some())?)
+        } else {
+            None
+        };
+        let port = claim.unwrap_or(port);
+        let local = match kind.is_ip() {
+            true => SocketAddr::new(transport.local_addr().ip(), port),
+            false => transport.local_addr(),
+        };
+        let (shared, thread) = match Shared::start(endpoint, transport, self.allow, self.busy_poll)
+        {
+            Ok(started) => started,
+            Err(e) => {
+                release_raw_port(claim);
+                return Err(e);
+            }
+        };
+        Ok(Socket { shared, thread: Mutex::new(Some(thread)), local, port, kind, raw_port: claim })
+    }
+}
+
+/// Registers `port` for this process's raw-IP sockets; for a client, moves on to the next
+/// ephemeral port until a free one is found. Returns the port claimed.
+fn claim_raw_port(endpoint: &mut Endpoint, mut port: u16, server: bool) -> Result<u16> {
+    let mut taken = raw_ports();
+    while taken.contains(&port) {
+        if server {
+            return Err(Error::PortInUse(port));
+        }
+        let next = endpoint.bind_ephemeral()?;
+        let _ = endpoint.unbind(port);
+        port = next;
+    }
+    taken.insert(port);
+    Ok(port)
+}
+
+fn release_raw_port(port: Option<u16>) {
+    if let Some(p) = port {
+        raw_ports().remove(&p);
+    }
+}
+
+/// A Homa socket: one [`homa_core::Endpoint`] run by its own driver thread over a
+/// transport. All methods take `&self`; share it between threads with an `Arc`.
+///
+/// Blocking call and server loop over UDP loopback:
+///
+/// ```
+/// use homa_io::Socket;
+/// use std::net::Ipv4Addr;
+///
+/// // Homa port 4321 is also the UDP port.
+/// let server = Socket::bind("127.0.0.1:4321".parse().unwrap())?;
+/// let addr = server.local_addr();
+/// std::thread::spawn(move || {
+///     while let Ok(mut request) = server.recv_request() {
+///         let message = request.take_message();
+///         request.reply(message).unwrap(); // echo
+///     }
+/// });
+/// let client = Socket::client(Ipv4Addr::LOCALHOST)?;
+/// let response = client.call(addr, b"ping".to_vec(), None)?;
+/// assert_eq!(response, b"ping");
+/// # Ok::<(), homa_io::Error>(())
+/// ```
+///
+/// The same call as a future, with any executor:
+///
+/// ```no_run
+/// # let client = homa_io::Socket::client(std::net::Ipv4Addr::LOCALHOST)?;
+/// # let addr = "127.0.0.1:4321".parse().unwrap();
+/// # pollster::block_on(async {
+/// let response = client.call_async(addr, b"ping".to_vec(), None)?.await?;
+/// # Ok::<(), homa_io::Error>(()) })?;
+/// # Ok::<(), homa_io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Socket {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    local: SocketAddr,
+    port: u16,
+    kind: TransportKind,
+    raw_port: Option<u16>,
+}
+
+impl Socket {
+    /// Options for a socket; finish with [`Builder::bind`] or [`Builder::client`].
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// A UDP server socket with default options (see [`Builder::bind`]).
+    pub fn bind(addr: SocketAddr) -> Result<Socket> {
+        Builder::default().bind(addr)
+    }
+
+    /// A UDP client socket with default options (see [`Builder::client`]).
+    pub fn client(local: impl Into<IpAddr>) -> Result<Socket> {
+        Builder::default().client(local)
+    }
+
+    /// Where peers reach this socket: the UDP address for UDP; the IP address and the Homa
+    /// port for raw IP.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The Homa port: the server port, or the ephemeral port of a client.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The transport in use (after any io_uring fallback).
+    pub fn transport(&self) -> TransportKind {
+        self.kind
+    }
+
+    /// Sends `message` to the Homa server at `dest` and blocks until its response arrives.
+    /// `timeout` bounds the whole call; without one the call still fails with
+    /// [`Error::TimedOut`] if the server goes silent for Homa's timeout.
+    pub fn call(
+        &self,
+        dest: SocketAddr,
+        message: impl Into<Payload>,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>> {
+        self.call_async(dest, message, timeout)?.wait()
+    }
+
+    /// Starts a call and returns it as a [`Call`]: a future of the response (any
+    /// executor), which can also be waited for with [`Call::wait`]. Argument errors are
+    /// returned here; dropping the `Call` before it finishes aborts the RPC.
+    pub fn call_async(
+        &self,
+        dest: SocketAddr,
+        message: impl Into<Payload>,
+        timeout: Option<Duration>,
+    ) -> Result<Call> {
+        let message = message.into();
+        let (id, completion) = self.shared.with(|inner, now| {
+            let started = inner.start_call(now, self.port, dest, message, timeout);
+            inner.settle(false);
+            started
+        })?;
+        Ok(Call { shared: Arc::clone(&self.shared), id, completion, done: false })
+    }
+
+    /// Aborts call `id` ([`Call::id`]): it fails with [`Error::Aborted`]. The server is not
+    /// told (as with the module's `HOMAIOCABORT`).
+    pub fn abort(&self, id: u64) -> Result<()> {
+        let found = self.shared.with(|inner, _| {
+            let found = inner.cancel(id, Some(Error::Aborted));
+            inner.settle(false);
+            found
+        });
+        if found { Ok(()) } else { Err(Error::Rejected(homa_core::ApiError::UnknownRpc(id))) }
+    }
+
+    /// Blocks until a request arrives (servers only; a client socket never gets one).
+    /// Returns [`Error::Shutdown`] once the socket is shut down.
+    pub fn recv_request(&self) -> Result<Request> {
+        self.shared.next_request(None).map(|r| self.request(r))
+    }
+
+    /// Like [`recv_request`](Socket::recv_request), but gives up with
+    /// [`Error::TimedOut`] after `timeout`.
+    pub fn recv_request_timeout(&self, timeout: Duration) -> Result<Request> {
+        self.shared.next_request(Some(timeout)).map(|r| self.request(r))
+    }
+
+    /// The next request as a future (any executor).
+    pub fn recv_request_async(&self) -> RecvRequest {
+        RecvRequest { shared: Arc::clone(&self.shared), ip: self.kind.is_ip() }
+    }
+
+    fn request(&self, r: Incoming) -> Request {
+        Request::new(Arc::clone(&self.shared), r, self.kind.is_ip())
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> Metrics {
+        self.shared.with(|inner, _| Metrics {
+            core: inner.endpoint.metrics(),
+            transport: inner.transport.stats(),
+            dropped_by_allow_list: inner.counters.dropped_by_allow_list,
+            wakeups: inner.counters.wakeups,
+            pending_calls: inner.pending_calls() as u64,
+            queued_requests: inner.requests.len() as u64,
+        })
+    }
+
+    /// Shuts the socket down: pending calls fail with [`Error::Shutdown`], blocked
+    /// `recv_request`s return it, queued requests are dropped, and the driver thread is
+    /// joined. Later calls fail with `Error::Shutdown`. Dropping the socket does the same.
+    pub fn shutdown(&self) {
+        self.shared.close();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.shutdown();
+        release_raw_port(self.raw_port);
+    }
+}
+
+/// An RPC in progress: a [`Future`] of its response, or [`wait`](Call::wait) for it.
+/// Dropping an unfinished `Call` aborts the RPC.
+#[derive(Debug)]
+#[must_use = "dropping a Call aborts it"]
+pub struct Call {
+    shared: Arc<Shared>,
+    id: u64,
+    completion: Arc<Completion>,
+    done: bool,
+}
+
+impl Call {
+    /// The RPC's id (even), for [`Socket::abort`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Blocks until the response (or failure) arrives.
+    pub fn wait(mut self) -> Result<Vec<u8>> {
+        let r = self.completion.wait(self.shared.busy_poll);
+        self.done = true;
+        r
+    }
+}
+
+impl Future for Call {
+    type Output = Result<Vec<u8>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.completion.poll(cx.waker()) {
+            Some(r) => {
+                self.done = true;
+                Poll::Ready(r)
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.done {
+            let id = self.id;
+            self.shared.with(|inner, _| {
+                inner.cancel(id, None);
+                inner.settle(false);
+            });
+        }
+    }
+}
+
+/// A future of the next request ([`Socket::recv_request_async`]).
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvRequest {
+    shared: Arc<Shared>,
+    ip: bool,
+}
+
+impl Future for RecvRequest {
+    type Output = Result<Request>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.shared.poll_request(cx.waker()) {
+            Some(r) => Poll::Ready(r.map(|r| Request::new(Arc::clone(&self.shared), r, self.ip))),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// A request a server received. Answer it with [`reply`](Request::reply). Dropping it
+/// unanswered discards it: the client is not told, and its Homa resends the request after
+/// its resend interval, so the request may arrive again.
+#[derive(Debug)]
+pub struct Request {
+    shared: Arc<Shared>,
+    rpc: ServerRpc,
+    peer: SocketAddr,
+    message: Vec<u8>,
+    answered: bool,
+}
+
+impl Request {
+    fn new(shared: Arc<Shared>, r: Incoming, ip: bool) -> Request {
+        // Name the client as the application would: with raw IP, by its Homa port.
+        let peer =
+            if ip { SocketAddr::new(r.rpc.client.ip(), r.client_port) } else { r.rpc.client };
+        Request { shared, rpc: r.rpc, peer, message: r.message, answered: false }
+    }
+
+    /// The request's bytes.
+    pub fn message(&self) -> &[u8] {
+        &self.message
+    }
+
+    /// Takes the request's bytes out (leaving an empty message), e.g. to echo them.
+    pub fn take_message(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.message)
+    }
+
+    /// The client: its UDP address, or with raw IP its IP address and Homa port.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The server-side RPC id (odd).
+    pub fn id(&self) -> u64 {
+        self.rpc.id
+    }
+
+    /// Sends the response. Succeeds silently if the client has gone away (as the module's
+    /// `sendmsg` does); fails with [`Error::MessageLength`] or [`Error::Shutdown`].
+    pub fn reply(mut self, message: impl Into<Payload>) -> Result<()> {
+        let message = message.into();
+        let rpc = self.rpc;
+        self.answered = true;
+        self.shared.with(|inner, now| {
+            if inner.closed {
+                return Err(Error::Shutdown);
+            }
+            let sent = inner.endpoint.send_response(now, rpc, message);
+            inner.settle(false);
+            match sent {
+                Err(
+                    homa_core::ApiError::UnknownRpc(_)
+                    | homa_core::ApiError::NotAwaitingResponse(_),
+                ) => Ok(()),
+                other => other.map_err(Error::from),
+            }
+        })
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.answered {
+            let rpc = self.rpc;
+            self.shared.with(|inner, _| {
+                let _ = inner.endpoint.discard(rpc);
+                inner.settle(false);
+            });
+        }
+    }
+}
+
+/// Counters of a socket: the endpoint's, the transport's, and the driver's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// The Homa endpoint's counters (malformed packets are `core.drops.malformed`).
+    pub core: homa_core::Metrics,
+    /// Datagrams and system calls of the transport.
+    pub transport: TransportStats,
+    /// Packets from addresses outside the allow-list, dropped before Homa saw them.
+    pub dropped_by_allow_list: u64,
+    /// Times the driver thread woke up to do work.
+    pub wakeups: u64,
+    /// Calls waiting for a response.
+    pub pending_calls: u64,
+    /// Requests received and not yet taken by `recv_request`.
+    pub queued_requests: u64,
+}

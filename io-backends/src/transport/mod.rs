@@ -1,0 +1,279 @@
+//! Transports: how Homa packets reach the network. [`Transport`] is the interface the
+//! driver uses; [`SocketTransport`] implements it over UDP or raw IP protocol 146 with
+//! `sendmmsg`/`recvmmsg`, and [`UringTransport`] over the same sockets with io_uring.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::str::FromStr;
+
+use crate::error::Result;
+
+mod socket;
+mod sys;
+mod uring;
+
+pub use socket::SocketTransport;
+pub use uring::{Unavailable, UringTransport};
+
+/// IP protocol number of Homa (`IPPROTO_HOMA`).
+pub const IPPROTO_HOMA: i32 = 146;
+
+/// Which transport a socket uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TransportKind {
+    /// Homa packets as UDP payloads; unprivileged, passes networks that drop protocol 146.
+    #[default]
+    Udp,
+    /// IP protocol 146 over raw sockets, as the Linux module sends it; needs CAP_NET_RAW.
+    Ip,
+    /// UDP through io_uring (falls back to [`Udp`](TransportKind::Udp) if unavailable).
+    UringUdp,
+    /// Raw IP through io_uring (falls back to [`Ip`](TransportKind::Ip) if unavailable).
+    UringIp,
+}
+
+impl TransportKind {
+    /// Whether the Homa port travels only in the Homa header (raw IP), rather than also
+    /// being the UDP port.
+    pub fn is_ip(self) -> bool {
+        matches!(self, TransportKind::Ip | TransportKind::UringIp)
+    }
+
+    /// The same encapsulation without io_uring.
+    pub fn plain(self) -> TransportKind {
+        match self {
+            TransportKind::UringUdp => TransportKind::Udp,
+            TransportKind::UringIp => TransportKind::Ip,
+            other => other,
+        }
+    }
+
+    /// The name [`FromStr`] accepts: `udp`, `ip`, `uring` (UDP over io_uring), `uring-ip`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Udp => "udp",
+            TransportKind::Ip => "ip",
+            TransportKind::UringUdp => "uring",
+            TransportKind::UringIp => "uring-ip",
+        }
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A transport name other than `udp`, `ip`, `uring`, `uring-udp` or `uring-ip`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport {0:?} (expected udp, ip, uring or uring-ip)")]
+pub struct UnknownTransport(String);
+
+impl FromStr for TransportKind {
+    type Err = UnknownTransport;
+
+    fn from_str(s: &str) -> Result<TransportKind, UnknownTransport> {
+        match s {
+            "udp" => Ok(TransportKind::Udp),
+            "ip" => Ok(TransportKind::Ip),
+            "uring" | "uring-udp" => Ok(TransportKind::UringUdp),
+            "uring-ip" => Ok(TransportKind::UringIp),
+            _ => Err(UnknownTransport(s.to_owned())),
+        }
+    }
+}
+
+/// Opens a transport of `kind` bound to `local` (for raw IP only its address counts).
+/// An io_uring kind whose ring cannot be set up falls back to the plain socket and logs why
+/// (`tracing` warning); [`Transport::kind`] tells which one you got.
+pub fn open(kind: TransportKind, local: SocketAddr) -> Result<Box<dyn Transport>> {
+    let plain = match kind.plain() {
+        TransportKind::Ip => SocketTransport::ip(local.ip())?,
+        _ => SocketTransport::udp(local)?,
+    };
+    if kind == kind.plain() {
+        return Ok(Box::new(plain));
+    }
+    match UringTransport::new(plain) {
+        Ok(uring) => Ok(Box::new(uring)),
+        Err(no) => {
+            let fallback = kind.plain();
+            tracing::warn!(transport = %kind, %fallback, "io_uring unavailable: {}", no.reason);
+            Ok(Box::new(no.socket))
+        }
+    }
+}
+
+/// One datagram in a [`Batch`]: its peer, length and priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    /// Destination (sending) or source (receiving), as a transport address: for raw IP the
+    /// port is 0.
+    pub addr: SocketAddr,
+    /// Bytes in the datagram's slot.
+    pub len: usize,
+    /// Homa priority 0..=7 (sending only); becomes TOS / traffic class
+    /// [`homa_core::wire::tos_for_priority`].
+    pub priority: u8,
+}
+
+/// Fixed-size slots for up to `capacity` datagrams, filled in order, reused across batches.
+/// Sending: write a packet into [`next_slot`](Batch::next_slot), then [`push`](Batch::push)
+/// its description. Receiving: the transport does the same with what arrived.
+pub struct Batch {
+    buf: Vec<u8>,
+    slot_len: usize,
+    items: Vec<Datagram>,
+}
+
+impl Batch {
+    /// A batch of `capacity` slots of `slot_len` bytes.
+    pub fn new(capacity: usize, slot_len: usize) -> Batch {
+        Batch { buf: vec![0; capacity * slot_len], slot_len, items: Vec::with_capacity(capacity) }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.items.capacity()
+    }
+
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.items.len() == self.capacity()
+    }
+
+    pub fn clear(&mut self) {
+        self.items.clear();
+    }
+
+    /// The slot the next [`push`](Batch::push) describes. Panics if the batch is full.
+    pub fn next_slot(&mut self) -> &mut [u8] {
+        self.slot_mut(self.items.len())
+    }
+
+    /// Slot `i` (any slot, filled or not), e.g. for a transport that receives into several
+    /// slots with one system call. Panics if `i >= capacity`.
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.capacity(), "batch slot {i} out of range");
+        &mut self.buf[i * self.slot_len..(i + 1) * self.slot_len]
+    }
+
+    /// Appends the datagram whose bytes are in the next slot. Panics if full or if
+    /// `d.len > slot_len`.
+    pub fn push(&mut self, d: Datagram) {
+        assert!(!self.is_full() && d.len <= self.slot_len, "batch overflow");
+        self.items.push(d);
+    }
+
+    /// Moves `len` bytes at `offset` in slot `src` to the start of slot `dst`.
+    pub(crate) fn move_within(&mut self, src: usize, offset: usize, len: usize, dst: usize) {
+        if src != dst || offset != 0 {
+            let from = src * self.slot_len + offset;
+            self.buf.copy_within(from..from + len, dst * self.slot_len);
+        }
+    }
+
+    /// Datagram `i` and its bytes.
+    pub fn get(&self, i: usize) -> (Datagram, &[u8]) {
+        let d = self.items[i];
+        let start = i * self.slot_len;
+        (d, &self.buf[start..start + d.len])
+    }
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .field("slot_len", &self.slot_len)
+            .finish()
+    }
+}
+
+/// Counters a transport keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: u64,
+    /// System calls (or ring submissions) that sent them.
+    pub tx_calls: u64,
+    /// Datagrams the kernel refused (buffer full, too big, no route); Homa resends lost data.
+    pub tx_dropped: u64,
+    /// Datagrams received.
+    pub rx_datagrams: u64,
+    /// System calls (or ring completions reaped in a batch) that received them.
+    pub rx_calls: u64,
+    /// Received datagrams dropped as malformed below Homa (truncated, bad IP header).
+    pub rx_dropped: u64,
+    /// Peers reported unreachable (ICMP errors, failed sends).
+    pub unreachable: u64,
+}
+
+/// How the driver moves Homa packets. All calls are non-blocking; the driver waits for
+/// [`readiness_fd`](Transport::readiness_fd) to become readable (epoll) before `recv`.
+///
+/// A *transport address* names a peer as the transport sees it: the UDP address for UDP,
+/// and the IP address with port 0 for raw IP (where the Homa port is only in the Homa
+/// header).
+pub trait Transport: Send + fmt::Debug {
+    /// What this transport is (after any io_uring fallback).
+    fn kind(&self) -> TransportKind;
+
+    /// The local transport address (UDP: the bound address and port; raw IP: port 0).
+    fn local_addr(&self) -> SocketAddr;
+
+    /// Largest Homa packet (Homa header plus payload) one datagram can carry.
+    fn max_packet_len(&self) -> usize;
+
+    /// Bytes of headers below Homa in each packet (IP, plus UDP): `Config::outer_header_bytes`.
+    fn outer_header_bytes(&self) -> u32;
+
+    /// The transport address of the Homa peer at `dest` (`dest`'s port is its Homa port),
+    /// or `None` if this transport cannot reach `dest`'s address family.
+    fn peer(&self, dest: SocketAddr) -> Option<SocketAddr>;
+
+    /// Readable when `recv` may return datagrams or errors; for epoll.
+    fn readiness_fd(&self) -> BorrowedFd<'_>;
+
+    /// Sends every datagram in `batch` and clears it. Datagrams the kernel refuses are
+    /// counted (and their peers reported by `poll_unreachable` when unreachable); an `Err`
+    /// means the transport itself failed.
+    fn send(&mut self, batch: &mut Batch) -> io::Result<()>;
+
+    /// Appends datagrams that have arrived, until `batch` is full or none is waiting.
+    /// Slots must be at least [`RECV_SLOT_LEN`] bytes.
+    fn recv(&mut self, batch: &mut Batch) -> io::Result<()>;
+
+    /// A peer found unreachable since the last call (from ICMP errors or failed sends).
+    fn poll_unreachable(&mut self) -> Option<SocketAddr>;
+
+    /// Counters so far.
+    fn stats(&self) -> TransportStats;
+}
+
+/// Receive slots hold any IP packet, so peers with a larger MTU are never truncated.
+pub const RECV_SLOT_LEN: usize = 65_536;
+
+/// The transport address for `dest` on a socket of family `v6`: `None` across families;
+/// IPv4-mapped IPv6 addresses become IPv4.
+fn canonical(dest: SocketAddr, v6: bool, raw: bool) -> Option<SocketAddr> {
+    let ip = dest.ip().to_canonical();
+    if ip.is_ipv6() != v6 {
+        return None;
+    }
+    Some(SocketAddr::new(ip, if raw { 0 } else { dest.port() }))
+}

@@ -1,0 +1,378 @@
+//! The system calls the socket transports share: address conversion, per-packet TOS
+//! control messages, `sendmmsg`/`recvmmsg`, and the socket error queue (ICMP errors).
+
+use std::collections::VecDeque;
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+use std::ptr;
+
+use homa_core::wire::tos_for_priority;
+
+use super::{Batch, Datagram, TransportStats};
+
+/// Room for one `int` control message (CMSG_SPACE(4) is 24 on 64-bit Linux).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub(super) struct CmsgBuf(pub(super) [u8; 32]);
+
+/// Writes `addr` into `storage`; returns the length to pass to the kernel.
+pub(super) fn write_sockaddr(addr: SocketAddr, storage: &mut libc::sockaddr_storage) -> u32 {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { ptr::write(ptr::from_mut(storage).cast::<libc::sockaddr_in>(), sin) };
+            mem::size_of::<libc::sockaddr_in>() as u32
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { ptr::write(ptr::from_mut(storage).cast::<libc::sockaddr_in6>(), sin6) };
+            mem::size_of::<libc::sockaddr_in6>() as u32
+        }
+    }
+}
+
+/// The address the kernel wrote into `storage`, if it is IPv4 or IPv6.
+pub(super) fn read_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin = unsafe { &*ptr::from_ref(storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddrV4::new(ip, u16::from_be(sin.sin_port)).into())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*ptr::from_ref(storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            let port = u16::from_be(sin6.sin6_port);
+            Some(SocketAddrV6::new(ip, port, sin6.sin6_flowinfo, sin6.sin6_scope_id).into())
+        }
+        _ => None,
+    }
+}
+
+/// Fills `msg`'s control buffer `cmsg` with the TOS (IPv4) or traffic class (IPv6) for
+/// Homa `priority`.
+///
+/// # Safety
+/// `msg.msg_control` must point to `cmsg`, which must outlive the use of `msg`.
+pub(super) unsafe fn set_priority_cmsg(msg: &mut libc::msghdr, v6: bool, priority: u8) {
+    let space = unsafe { libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32) };
+    msg.msg_controllen = space as usize;
+    // SAFETY: msg_control points to a zeroed-or-reused buffer of at least CMSG_SPACE(int)
+    // bytes, 8-aligned (the caller's contract), so the first header and its data fit.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(msg);
+        (*c).cmsg_level = if v6 { libc::IPPROTO_IPV6 } else { libc::IPPROTO_IP };
+        (*c).cmsg_type = if v6 { libc::IPV6_TCLASS } else { libc::IP_TOS };
+        (*c).cmsg_len = libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) as usize;
+        let tos = libc::c_int::from(tos_for_priority(priority));
+        ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), tos);
+    }
+}
+
+/// Per-message headers for `sendmmsg`/`recvmmsg`, reused across calls. They hold raw
+/// pointers into a batch only for the duration of one call.
+pub(super) struct MmsgScratch {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgBuf>,
+}
+
+// SAFETY: the raw pointers inside are rewritten before every system call and never
+// dereferenced outside one, so moving the scratch to another thread is harmless.
+unsafe impl Send for MmsgScratch {}
+
+impl MmsgScratch {
+    pub(super) fn new(n: usize) -> MmsgScratch {
+        // SAFETY: all-zero bytes are valid for these plain C structs.
+        let (hdr, iov, name) = unsafe { (mem::zeroed(), mem::zeroed(), mem::zeroed()) };
+        MmsgScratch {
+            hdrs: vec![hdr; n],
+            iovs: vec![iov; n],
+            names: vec![name; n],
+            cmsgs: vec![CmsgBuf([0; 32]); n],
+        }
+    }
+}
+
+/// Errors that mean "this destination cannot be reached".
+pub(super) fn is_unreachable(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ECONNREFUSED
+            | libc::EHOSTUNREACH
+            | libc::ENETUNREACH
+            | libc::EHOSTDOWN
+            | libc::ENETDOWN
+            | libc::ENOPROTOOPT
+            | libc::EADDRNOTAVAIL
+    )
+}
+
+/// Where the socket layer reports what happened to the packets.
+pub(super) struct Reports<'a> {
+    pub(super) stats: &'a mut TransportStats,
+    pub(super) unreachable: &'a mut VecDeque<SocketAddr>,
+}
+
+/// Sends `batch` with `sendmmsg` and clears it. A refused datagram is dropped and counted;
+/// if its destination is unreachable it is reported. A pending socket error (an ICMP error
+/// for an earlier packet) is read from the error queue and the datagram is retried once.
+pub(super) fn send_batch(
+    fd: RawFd,
+    v6: bool,
+    batch: &mut Batch,
+    s: &mut MmsgScratch,
+    r: &mut Reports<'_>,
+) -> io::Result<()> {
+    let mut base = 0;
+    while base < batch.len() {
+        let n = (batch.len() - base).min(s.hdrs.len());
+        send_chunk(fd, v6, batch, base, n, s, r)?;
+        base += n;
+    }
+    batch.clear();
+    Ok(())
+}
+
+/// Sends datagrams `base..base + n` of `batch` (`n` at most the scratch's size).
+fn send_chunk(
+    fd: RawFd,
+    v6: bool,
+    batch: &Batch,
+    base: usize,
+    n: usize,
+    s: &mut MmsgScratch,
+    r: &mut Reports<'_>,
+) -> io::Result<()> {
+    for i in 0..n {
+        let (d, bytes) = batch.get(base + i);
+        let namelen = write_sockaddr(d.addr, &mut s.names[i]);
+        s.iovs[i] = libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: d.len };
+        let msg = &mut s.hdrs[i].msg_hdr;
+        msg.msg_name = ptr::from_mut(&mut s.names[i]).cast();
+        msg.msg_namelen = namelen;
+        msg.msg_iov = &raw mut s.iovs[i];
+        msg.msg_iovlen = 1;
+        msg.msg_control = s.cmsgs[i].0.as_mut_ptr().cast();
+        msg.msg_flags = 0;
+        // SAFETY: msg_control points to this message's own 8-aligned 32-byte buffer, which
+        // lives in the scratch for the whole call.
+        unsafe { set_priority_cmsg(msg, v6, d.priority) };
+    }
+    let mut start = 0;
+    let mut retried = false;
+    while start < n {
+        // SAFETY: hdrs[start..n] point to live names, iovecs (into `batch`) and control
+        // buffers set up above; the kernel only reads them.
+        let sent =
+            unsafe { libc::sendmmsg(fd, s.hdrs[start..].as_mut_ptr(), (n - start) as u32, 0) };
+        r.stats.tx_calls += 1;
+        if sent > 0 {
+            r.stats.tx_datagrams += sent as u64;
+            start += sent as usize;
+            retried = false;
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        let errno = err.raw_os_error().unwrap_or(0);
+        match errno {
+            libc::EINTR => {}
+            libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH if !retried => {
+                // Probably an ICMP error about an earlier packet: learn which peer it was
+                // about, then try this datagram again.
+                drain_errors(fd, r);
+                retried = true;
+            }
+            libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL => return Err(err),
+            _ => {
+                let (d, _) = batch.get(base + start);
+                refused(d.addr, errno, r);
+                tracing::debug!(to = %d.addr, "send failed: {err}");
+                start += 1;
+                retried = false;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.
+pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
+    if is_unreachable(errno) || errno == libc::EACCES || errno == libc::EPERM {
+        r.stats.unreachable += 1;
+        r.unreachable.push_back(to);
+    }
+    r.stats.tx_dropped += 1;
+}
+
+/// Receives into `batch` with one `recvmmsg`, without blocking. `strip_ipv4` removes the
+/// IPv4 header raw IPv4 sockets deliver; `raw` zeroes the source port (raw IP has none).
+pub(super) fn recv_batch(
+    fd: RawFd,
+    batch: &mut Batch,
+    s: &mut MmsgScratch,
+    strip_ipv4: bool,
+    raw: bool,
+    r: &mut Reports<'_>,
+) -> io::Result<()> {
+    let first = batch.len();
+    let want = (batch.capacity() - first).min(s.hdrs.len());
+    if want == 0 {
+        return Ok(());
+    }
+    for i in 0..want {
+        let slot = batch.slot_mut(first + i);
+        s.iovs[i] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
+        let msg = &mut s.hdrs[i].msg_hdr;
+        msg.msg_name = ptr::from_mut(&mut s.names[i]).cast();
+        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
+        msg.msg_iov = &raw mut s.iovs[i];
+        msg.msg_iovlen = 1;
+        msg.msg_control = ptr::null_mut();
+        msg.msg_controllen = 0;
+        msg.msg_flags = 0;
+    }
+    let got = loop {
+        // SAFETY: hdrs[..want] point to live names and to distinct slots of `batch`, which
+        // stays mutably borrowed (unused otherwise) for the whole call.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                s.hdrs.as_mut_ptr(),
+                want as u32,
+                libc::MSG_DONTWAIT,
+                ptr::null_mut(),
+            )
+        };
+        if got >= 0 {
+            break got as usize;
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error().unwrap_or(0) {
+            libc::EINTR => continue,
+            libc::EAGAIN => {
+                // Nothing to read; a wake-up may have been for the error queue.
+                drain_errors(fd, r);
+                return Ok(());
+            }
+            errno if is_unreachable(errno) => {
+                // A pending ICMP error, reported once: details are in the error queue.
+                drain_errors(fd, r);
+                continue;
+            }
+            _ => return Err(err),
+        }
+    };
+    if got > 0 {
+        r.stats.rx_calls += 1;
+    }
+    for i in 0..got {
+        let h = &s.hdrs[i];
+        let (mut len, flags) = (h.msg_len as usize, h.msg_hdr.msg_flags);
+        let from = read_sockaddr(&s.names[i])
+            .map(|a| SocketAddr::new(a.ip().to_canonical(), if raw { 0 } else { a.port() }));
+        let Some(from) = from.filter(|_| flags & libc::MSG_TRUNC == 0) else {
+            r.stats.rx_dropped += 1;
+            continue;
+        };
+        let (src, dst) = (first + i, batch.len());
+        let mut offset = 0;
+        if strip_ipv4 {
+            let slot = batch.slot_mut(src);
+            let ihl = usize::from(slot.first().copied().unwrap_or(0) & 0x0f) * 4;
+            if ihl < 20 || ihl > len {
+                r.stats.rx_dropped += 1;
+                continue;
+            }
+            offset = ihl;
+            len -= ihl;
+        }
+        // Close the gap left by a dropped datagram and/or the stripped header.
+        batch.move_within(src, offset, len, dst);
+        batch.push(Datagram { addr: from, len, priority: 0 });
+        r.stats.rx_datagrams += 1;
+    }
+    Ok(())
+}
+
+/// Reads the socket's error queue (enabled with IP_RECVERR / IPV6_RECVERR) and reports the
+/// destinations of ICMP "unreachable" errors.
+pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) {
+    let mut data = [0u8; 256];
+    let mut control = [0u64; 64];
+    loop {
+        // SAFETY: all-zero bytes are valid for these plain C structs.
+        let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+        let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
+        // SAFETY: as above.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_name = ptr::from_mut(&mut name).cast();
+        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = mem::size_of_val(&control);
+        // SAFETY: msg points to live buffers of the lengths given.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return;
+        }
+        let Some(dest) = read_sockaddr(&name) else { continue };
+        // SAFETY: the kernel filled msg_controllen bytes of `control` with well-formed
+        // cmsgs; the CMSG macros stay inside them.
+        let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !c.is_null() {
+            // SAFETY: c is a header inside the control buffer (see above).
+            let (level, kind) = unsafe { ((*c).cmsg_level, (*c).cmsg_type) };
+            let recverr = (level == libc::IPPROTO_IP && kind == libc::IP_RECVERR)
+                || (level == libc::IPPROTO_IPV6 && kind == libc::IPV6_RECVERR);
+            if recverr {
+                // SAFETY: an IP(V6)_RECVERR message carries a sock_extended_err.
+                let e = unsafe {
+                    ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>())
+                };
+                let icmp = e.ee_origin == libc::SO_EE_ORIGIN_ICMP
+                    || e.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                if icmp && is_unreachable(e.ee_errno as i32) {
+                    r.stats.unreachable += 1;
+                    r.unreachable.push_back(dest);
+                }
+            }
+            // SAFETY: as above.
+            c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+        }
+    }
+}
+
+/// Sets an integer socket option.
+pub(super) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: the option value is a live int of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&raw const value).cast(),
+            mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}

@@ -1,0 +1,218 @@
+//! Bad arguments, silent and unreachable peers, shutdown with calls pending, garbage
+//! datagrams, the allow-list, and the missing-capability error.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{bind_server, candidate_port, echo, is_root, loopback_v4};
+use homa_io::{Error, Socket, TransportKind};
+
+/// A bound UDP socket on a Homa server port that never answers.
+fn silent_peer(ip: IpAddr) -> UdpSocket {
+    loop {
+        match UdpSocket::bind(SocketAddr::new(ip, candidate_port())) {
+            Ok(s) => return s,
+            Err(_) => continue,
+        }
+    }
+}
+
+#[test]
+fn server_ports_must_be_1_to_32767() {
+    let ip = loopback_v4();
+    for port in [0, 32768, 40000, 65535] {
+        let r = Socket::bind(SocketAddr::new(ip, port));
+        assert!(matches!(r, Err(Error::InvalidPort(p)) if p == port), "port {port}: {r:?}");
+    }
+    let server = bind_server(Socket::builder(), ip);
+    let again = Socket::bind(server.local_addr());
+    assert!(matches!(again, Err(Error::PortInUse(p)) if p == server.port()), "{again:?}");
+}
+
+#[test]
+fn bad_call_arguments_are_typed_errors() {
+    let server = bind_server(Socket::builder(), loopback_v4());
+    let client = Socket::client(loopback_v4()).unwrap();
+    let to = server.local_addr();
+    let empty = client.call(to, Vec::new(), None);
+    assert!(matches!(empty, Err(Error::MessageLength(0))), "{empty:?}");
+    let huge = client.call_async(to, vec![0; 1_000_001], None);
+    assert!(matches!(huge, Err(Error::MessageLength(1_000_001))), "{huge:?}");
+    for port in [0, 32768] {
+        let r = client.call(SocketAddr::new(to.ip(), port), vec![1], None);
+        assert!(matches!(r, Err(Error::InvalidPort(p)) if p == port), "{r:?}");
+    }
+    let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 1000);
+    let r = client.call(v6, vec![1], None);
+    assert!(matches!(r, Err(Error::AddressFamily(a)) if a == v6), "{r:?}");
+    let r = client.abort(12345678);
+    assert!(matches!(r, Err(Error::Rejected(_))), "{r:?}");
+    // Nothing above disturbed the socket.
+    let server = Arc::new(server);
+    let echoer = echo(&server);
+    assert_eq!(client.call(to, b"still fine".to_vec(), None).unwrap(), b"still fine");
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
+#[test]
+fn a_silent_peer_times_out() {
+    let peer = silent_peer(loopback_v4());
+    let client = Socket::client(loopback_v4()).unwrap();
+    let to = peer.local_addr().unwrap();
+    // The caller's deadline...
+    let r = client.call(to, b"anyone?".to_vec(), Some(Duration::from_millis(20)));
+    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
+    // ...or Homa's own: the peer never answers a RESEND either.
+    let r = client.call(to, b"anyone?".to_vec(), None);
+    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
+    assert_eq!(client.metrics().core.client_timeouts, 1);
+    assert_eq!(client.metrics().pending_calls, 0);
+}
+
+#[test]
+fn a_closed_port_is_unreachable() {
+    // ICMP port unreachable comes back on loopback; IP_RECVERR reports it.
+    let to = silent_peer(IpAddr::V4(Ipv4Addr::LOCALHOST)).local_addr().unwrap(); // closed now
+    let client = Socket::client(Ipv4Addr::LOCALHOST).unwrap();
+    let r = client.call(to, b"hello?".to_vec(), Some(Duration::from_secs(30)));
+    assert!(matches!(r, Err(Error::Unreachable(a)) if a == to), "{r:?}");
+    assert!(client.metrics().transport.unreachable >= 1);
+}
+
+#[test]
+fn shutdown_fails_pending_calls() {
+    let peer = silent_peer(loopback_v4());
+    let to = peer.local_addr().unwrap();
+    let client = Arc::new(Socket::client(loopback_v4()).unwrap());
+    let calls: Vec<_> =
+        (0..10).map(|_| client.call_async(to, b"wait".to_vec(), None).unwrap()).collect();
+    let blocked = {
+        let client = Arc::clone(&client);
+        std::thread::spawn(move || client.call(to, b"wait".to_vec(), None))
+    };
+    let abort_me = client.call_async(to, b"abort".to_vec(), None).unwrap();
+    client.abort(abort_me.id()).unwrap();
+    assert!(matches!(abort_me.wait(), Err(Error::Aborted)));
+    client.shutdown();
+    for call in calls {
+        let r = pollster::block_on(call);
+        assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+    }
+    // The blocked caller either was waiting (and is failed) or arrives after shutdown.
+    assert!(matches!(blocked.join().unwrap(), Err(Error::Shutdown)));
+    let late = client.call(to, b"late".to_vec(), None);
+    assert!(matches!(late, Err(Error::Shutdown)), "{late:?}");
+    assert!(matches!(client.recv_request(), Err(Error::Shutdown)));
+}
+
+#[test]
+fn shutdown_wakes_a_waiting_server() {
+    let server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let waiting = {
+        let server = Arc::clone(&server);
+        std::thread::spawn(move || server.recv_request().map(|_| ()))
+    };
+    let r = server.recv_request_timeout(Duration::from_millis(1));
+    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
+    server.shutdown();
+    assert!(matches!(waiting.join().unwrap(), Err(Error::Shutdown)));
+    let r = pollster::block_on(server.recv_request_async());
+    assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+}
+
+#[test]
+fn garbage_is_dropped_and_counted_while_serving() {
+    let server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let echoer = echo(&server);
+    let client = Socket::client(loopback_v4()).unwrap();
+    let to = server.local_addr();
+    let junk = UdpSocket::bind(SocketAddr::new(loopback_v4(), 0)).unwrap();
+    let garbage: [&[u8]; 4] = [b"", b"x", &[0xff; 27], &[0x10; 2000]];
+    for g in garbage {
+        junk.send_to(g, to).unwrap();
+    }
+    // Each call proves the server still serves; stop once it has counted every datagram.
+    for i in 0..1000 {
+        assert_eq!(client.call(to, vec![i as u8; 10], None).unwrap(), vec![i as u8; 10]);
+        if server.metrics().core.drops.malformed == garbage.len() as u64 {
+            break;
+        }
+    }
+    assert_eq!(server.metrics().core.drops.malformed, garbage.len() as u64);
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
+#[test]
+fn the_allow_list_drops_and_counts_other_peers() {
+    let allowed = loopback_v4();
+    let server = Arc::new(bind_server(
+        Socket::builder().allow([allowed.to_string().parse().unwrap()]),
+        loopback_v4(),
+    ));
+    let echoer = echo(&server);
+    let friend = Socket::client(allowed).unwrap();
+    let stranger = Socket::client(loopback_v4()).unwrap();
+    let to = server.local_addr();
+    let r = stranger.call(to, b"let me in".to_vec(), Some(Duration::from_millis(50)));
+    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
+    assert!(server.metrics().dropped_by_allow_list >= 1);
+    assert_eq!(server.metrics().core.packets_in, 0);
+    assert_eq!(friend.call(to, b"hi".to_vec(), None).unwrap(), b"hi");
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
+#[test]
+fn raw_ip_without_cap_net_raw_names_the_capability() {
+    let attempt = || Socket::builder().transport(TransportKind::Ip).client(loopback_v4());
+    if !is_root() {
+        let r = attempt();
+        assert!(
+            matches!(r, Err(Error::MissingCapability { capability: "CAP_NET_RAW", .. })),
+            "{r:?}"
+        );
+        return;
+    }
+    // Capabilities are per thread: drop CAP_NET_RAW in a thread of our own.
+    let r = std::thread::spawn(move || {
+        drop_cap_net_raw();
+        attempt().map(|_| ())
+    })
+    .join()
+    .unwrap();
+    match r {
+        Err(Error::MissingCapability { capability: "CAP_NET_RAW", .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Removes CAP_NET_RAW from the calling thread's effective set.
+fn drop_cap_net_raw() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_NET_RAW: u32 = 13;
+    let mut header = Header { version: VERSION_3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a v3 header and two data structs, as the ABI requires.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()), 0);
+        data[0].effective &= !(1 << CAP_NET_RAW);
+        assert_eq!(libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()), 0);
+    }
+}

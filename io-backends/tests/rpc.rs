@@ -1,0 +1,98 @@
+//! RPCs over loopback on every transport: sizes around the packet boundaries, up to the
+//! largest message, and 1,000 calls in flight at once.
+
+mod common;
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+
+use common::{bind_server, echo, loopback_v4, pattern, transports};
+use homa_io::{Config, Socket, TransportKind};
+
+const SIZES: [usize; 6] = [1, 1_423, 1_424, 1_425, 100_000, 1_000_000];
+
+fn echo_sizes(kind: TransportKind, server_ip: IpAddr, client_ip: IpAddr) {
+    let builder = Socket::builder().transport(kind).config(patient());
+    let server = Arc::new(bind_server(builder.clone(), server_ip));
+    let echoer = echo(&server);
+    let client = builder.client(client_ip).unwrap();
+    for (i, size) in SIZES.into_iter().enumerate() {
+        let message = pattern(size, i as u8);
+        let response = client.call(server.local_addr(), message.clone(), None);
+        let response = response.unwrap_or_else(|e| panic!("{kind} {size} B: {e}"));
+        assert!(response == message, "{kind}: {size}-byte echo differs");
+    }
+    let m = client.metrics();
+    assert_eq!(m.core.responses_received, SIZES.len() as u64);
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
+#[test]
+fn every_size_on_every_transport_ipv4() {
+    for kind in transports() {
+        echo_sizes(kind, loopback_v4(), loopback_v4());
+    }
+}
+
+#[test]
+fn every_size_on_every_transport_ipv6() {
+    for kind in transports() {
+        let ip = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        echo_sizes(kind, ip, ip);
+    }
+}
+
+/// Homa's defaults give up on a peer after 100 ms of silence. A debug build on two shared
+/// cores can leave a thread unscheduled that long while 1,000 RPCs are in flight; these
+/// tests are about correctness, so they allow 2 s.
+fn patient() -> Config {
+    Config { timeout_ticks: 2000, ..Config::default() }
+}
+
+#[test]
+fn a_thousand_concurrent_calls() {
+    for kind in transports() {
+        let builder = Socket::builder().transport(kind).config(patient());
+        let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+        let echoer = echo(&server);
+        let client = builder.client(loopback_v4()).unwrap();
+        let calls: Vec<_> = (0..1000)
+            .map(|i| {
+                let message = pattern(1 + i * 7 % 3000, i as u8);
+                let call = client.call_async(server.local_addr(), message.clone(), None).unwrap();
+                (message, call)
+            })
+            .collect();
+        for (message, call) in calls {
+            let response = pollster::block_on(call).unwrap_or_else(|e| {
+                panic!(
+                    "{kind}: {e}\nclient {:#?}\nserver {:#?}",
+                    client.metrics(),
+                    server.metrics()
+                )
+            });
+            assert!(response == message, "{kind}: echo differs");
+        }
+        assert_eq!(server.metrics().core.requests_received, 1000);
+        server.shutdown();
+        echoer.join().unwrap();
+    }
+}
+
+#[test]
+fn async_server_and_client() {
+    let server = bind_server(Socket::builder(), loopback_v4());
+    let client = Socket::client(loopback_v4()).unwrap();
+    let call = client.call_async(server.local_addr(), b"question".to_vec(), None).unwrap();
+    let id = call.id();
+    assert_eq!(id % 2, 0, "client ids are even");
+    pollster::block_on(async {
+        let request = server.recv_request_async().await.unwrap();
+        assert_eq!(request.message(), b"question");
+        assert_eq!(request.id(), id | 1);
+        assert_eq!(request.peer(), client.local_addr());
+        request.reply(b"answer".to_vec()).unwrap();
+        assert_eq!(call.await.unwrap(), b"answer");
+    });
+}
