@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use homa_core::{Config, Endpoint, Event};
+use homa_core::{Config, Endpoint, Event, Payload};
 
 pub(crate) const SERVER_PORT: u16 = 99;
 
@@ -14,6 +14,8 @@ pub(crate) struct Pair {
     pub(crate) server_addr: SocketAddr,
     pub(crate) port: u16,
     pub(crate) now: u64,
+    /// The server answers with this many bytes, or echoes the request when `None`.
+    pub(crate) response_len: Option<usize>,
     buf: Vec<u8>,
 }
 
@@ -30,6 +32,7 @@ impl Pair {
             server_addr: "198.18.0.2:4000".parse().unwrap(),
             port,
             now: 0,
+            response_len: None,
             buf: vec![0; config.max_packet_len()],
         }
     }
@@ -46,7 +49,11 @@ impl Pair {
             }
             while let Some(event) = self.server.poll_event() {
                 if let Event::RequestReceived { rpc, message, .. } = event {
-                    self.server.send_response(self.now, rpc, message).unwrap();
+                    let response = match self.response_len {
+                        Some(len) => vec![1; len],
+                        None => message,
+                    };
+                    self.server.send_response(self.now, rpc, response).unwrap();
                 }
             }
             while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
@@ -64,8 +71,8 @@ impl Pair {
         }
     }
 
-    /// One echo RPC of `message`; time advances by `step` ns and due timers run.
-    pub(crate) fn rpc(&mut self, message: Vec<u8>, step: u64) -> Vec<u8> {
+    /// One RPC of `message`; time advances by `step` ns and due timers run.
+    pub(crate) fn rpc(&mut self, message: impl Into<Payload>, step: u64) -> Vec<u8> {
         self.now += step;
         for ep in [&mut self.client, &mut self.server] {
             if ep.poll_timeout().is_some_and(|t| t <= self.now) {

@@ -13,8 +13,9 @@ mod pair;
 
 use std::hint::black_box;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use homa_core::{Config, Endpoint};
+use homa_core::{Config, Endpoint, Payload};
 use pair::{Pair, SERVER_PORT};
 
 fn main() {
@@ -31,9 +32,11 @@ fn main() {
         }
         "megabyte" => {
             let mut pair = Pair::new(Config { link_mbps: 1_000_000, ..Config::default() });
+            pair.response_len = Some(1);
             pair.rpc(vec![1; 100], 1000);
+            let message: Arc<Vec<u8>> = Arc::new(vec![1; 1_000_000]);
             for _ in 0..n {
-                black_box(pair.rpc(vec![1; 1_000_000], 1000));
+                black_box(pair.rpc(Payload::shared(message.clone()), 1000));
             }
         }
         "data" => {

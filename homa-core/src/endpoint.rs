@@ -713,6 +713,7 @@ impl Endpoint {
         }
         let added = m.add(offset, payload, self.config.max_gaps as usize);
         let complete = m.is_complete();
+        let grantable = m.grantable;
         self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
         if let Err(why) = added {
             match why {
@@ -722,7 +723,9 @@ impl Endpoint {
             }
             return false;
         }
-        self.grant_cx(|g, cx| g.check_rpc(cx, r));
+        if grantable {
+            self.grant_cx(|g, cx| g.check_rpc(cx, r));
+        }
         if complete {
             self.deliver(r);
         } else {
@@ -1132,7 +1135,9 @@ impl Endpoint {
 
     /// Frees an RPC and everything it holds.
     fn end_rpc(&mut self, r: RpcRef) {
-        self.grant_cx(|g, cx| g.end_rpc(cx, r));
+        if self.rpcs.get(r).is_some_and(|x| x.grant_managed) {
+            self.grant_cx(|g, cx| g.end_rpc(cx, r));
+        }
         let Some(x) = self.rpcs.get(r) else { return };
         let (rx, tx, peer, client) = (x.rx_bytes(), x.tx_bytes(), x.peer, x.is_client());
         self.rpcs.remove(r);

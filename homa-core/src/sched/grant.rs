@@ -305,11 +305,14 @@ impl Grants {
         if !m.grantable {
             return;
         }
-        let wanted = i64::from(m.received()) + i64::from(window) - i64::from(m.granted);
+        // Up to `window` past the received bytes, never past the end. Nothing to grant if
+        // that is not beyond the grant already sent: a GRANT repeating its offset is wasted.
+        let target = (i64::from(m.received()) + i64::from(window)).min(i64::from(m.length));
+        let wanted = target - i64::from(m.granted);
         if wanted <= 0 {
             return;
         }
-        let mut delta = (wanted as u32).min(m.length - m.granted);
+        let mut delta = wanted as u32;
         let headroom = i64::from(cx.config.max_incoming) - self.total_incoming as i64;
         let any_needy = self.active.iter().flatten().any(|a| a.needy);
         if headroom <= 0 || (check_needy && any_needy) {

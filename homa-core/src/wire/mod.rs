@@ -242,11 +242,16 @@ fn check_priority(priority: u8) -> Result<u8, Error> {
 mod field {
     pub(super) type Field = core::ops::Range<usize>;
 
+    // One range check per field (indexing byte by byte would check each byte).
     pub(super) fn u16_at(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
+        let mut x = [0; 2];
+        x.copy_from_slice(&b[at..at + 2]);
+        u16::from_be_bytes(x)
     }
     pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+        let mut x = [0; 4];
+        x.copy_from_slice(&b[at..at + 4]);
+        u32::from_be_bytes(x)
     }
     pub(super) fn u64_at(b: &[u8], at: usize) -> u64 {
         let mut x = [0; 8];
