@@ -5,6 +5,7 @@
 //! cargo run --release -p homa-io --example pingpong              # compare in-process
 //! cargo run --release -p homa-io --example pingpong -- server 127.0.0.1:4000 [udp|ip|uring|uring-ip]
 //! cargo run --release -p homa-io --example pingpong -- client 127.0.0.1:4000 [udp|ip|uring|uring-ip] [count]
+//! cargo run --release -p homa-io --example pingpong -- throughput [mtu] [link_mbps]  # 1 MB echoes
 //! ```
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -37,6 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 client.call(dest, vec![7; SIZE], Some(Duration::from_secs(5))).map(drop)
             })?;
             report(&format!("homa/{}", client.transport()), &rtts, None);
+        }
+        Some("throughput") => {
+            let mtu = args.get(1).map_or(Ok(1500), |s| s.parse())?;
+            let link_mbps = args.get(2).map_or(Ok(25_000), |s| s.parse())?;
+            throughput(mtu, link_mbps)?
         }
         _ => compare()?,
     }
@@ -141,5 +147,38 @@ fn compare() -> Result<(), Box<dyn std::error::Error>> {
     }
     let udp = plain_udp()?;
     report("plain UDP (again)", &udp, None);
+    Ok(())
+}
+
+/// Echoes 1,000,000-byte messages, one at a time and 8 in flight; prints Gbit/s of
+/// message bytes (both directions).
+fn throughput(mtu: u32, link_mbps: u32) -> homa_io::Result<()> {
+    let builder = Socket::builder().mtu(mtu).link_mbps(link_mbps);
+    let server = Arc::new(builder.clone().bind(SocketAddr::from(([127, 0, 0, 1], 4999)))?);
+    let echo = Arc::clone(&server);
+    std::thread::spawn(move || {
+        while let Ok(mut request) = echo.recv_request() {
+            let message = request.take_message();
+            let _ = request.reply(message);
+        }
+    });
+    let client = builder.client(IpAddr::from([127, 0, 0, 1]))?;
+    let dest = server.local_addr();
+    for in_flight in [1, 8] {
+        let start = Instant::now();
+        let rounds = 40 / in_flight;
+        for _ in 0..rounds {
+            let calls: Vec<_> = (0..in_flight)
+                .map(|_| client.call_async(dest, vec![7; 1_000_000], None))
+                .collect::<homa_io::Result<_>>()?;
+            for call in calls {
+                call.wait()?;
+            }
+        }
+        let bits = (rounds * in_flight * 2_000_000 * 8) as f64;
+        let gbps = bits / start.elapsed().as_secs_f64() / 1e9;
+        println!("mtu {mtu}, link {link_mbps} Mbit/s, {in_flight} in flight: {gbps:.2} Gbit/s");
+    }
+    println!("{:?}", client.metrics().transport);
     Ok(())
 }

@@ -6,13 +6,22 @@
 //! timers. Every input is followed by draining transmits and events (`drain`), and before
 //! the lock is released `settle` reads the deadline and arms a timerfd with it — the
 //! driving rule of `homa_core`, whoever the driver is.
+//!
+//! A thread that blocks waiting for a response or a request *leads* if no other thread
+//! does: it polls the transport itself and handles what arrives, so the packet it waits
+//! for wakes it directly rather than the driver thread, which then hands it over (two
+//! context switches per round trip instead of four). While a leader exists the driver
+//! thread stops watching the transport and only runs timers; anyone else who completes
+//! the leader's wait meanwhile (a timer, shutdown) kicks it through an eventfd. When the
+//! leader leaves, the driver thread resumes watching at once if a future waits, else after
+//! `LEADER_GRACE` unless a new leader came (a loop of blocking calls needs no hand-over).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
@@ -29,10 +38,27 @@ const BATCH: usize = 32;
 const RX_ROUNDS: usize = 64;
 /// Timer passes in one go before leaving the rest to the (already due) timerfd.
 const TIMER_ROUNDS: usize = 8;
+/// How long the driver thread stays off the transport after a leader leaves, expecting it
+/// (or another) back: a thread calling in a loop then costs no epoll_ctl per call.
+const LEADER_GRACE: Instant = 1_000_000;
 
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
 const TOKEN_WAKE: u64 = 2;
+
+/// Reads an eventfd or timerfd to clear its readiness; nothing to read is fine.
+fn clear(fd: RawFd) {
+    let mut n = 0u64;
+    // SAFETY: reads 8 bytes into a live u64 from a non-blocking descriptor of ours.
+    unsafe { libc::read(fd, (&raw mut n).cast(), 8) };
+}
+
+/// Makes an eventfd readable. A full counter still leaves it readable.
+fn signal(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd of ours.
+    unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+}
 
 /// Counters the driver keeps besides the endpoint's and the transport's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,6 +79,8 @@ pub(crate) struct Completion {
 struct CallState {
     result: Option<Result<Vec<u8>>>,
     waker: Option<Waker>,
+    /// A thread sleeps on `cv` (notifying costs a system call; skip it otherwise).
+    sleeping: bool,
 }
 
 impl Completion {
@@ -61,7 +89,9 @@ impl Completion {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.result = Some(result);
         self.done.store(true, Ordering::Release);
-        self.cv.notify_all();
+        if s.sleeping {
+            self.cv.notify_all();
+        }
         s.waker.take()
     }
 
@@ -75,19 +105,18 @@ impl Completion {
         r
     }
 
-    /// Blocks until the result is there, spinning first for `spin` if given.
-    pub(crate) fn wait(&self, spin: Option<Duration>) -> Result<Vec<u8>> {
-        if let Some(spin) = spin {
-            let start = std::time::Instant::now();
-            while !self.done.load(Ordering::Acquire) && start.elapsed() < spin {
-                std::hint::spin_loop();
-            }
-        }
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the result is there.
+    fn wait(&self) -> Result<Vec<u8>> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(r) = s.result.take() {
                 return r;
             }
+            s.sleeping = true;
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -134,6 +163,18 @@ pub(crate) struct Inner {
     to_wake: Vec<Waker>,
     new_requests: usize,
     pub(crate) closed: bool,
+    /// A thread is leading (see the module docs).
+    leader: bool,
+    /// The lock is held by the leader.
+    in_leader: bool,
+    /// Someone other than the leader completed something: kick the leader on release.
+    kick: bool,
+    /// Threads sleeping on `requests_ready`.
+    request_sleepers: usize,
+    /// The driver thread does not watch the transport.
+    blind: bool,
+    /// When a blind driver thread without a leader resumes watching.
+    grace: Option<Instant>,
 }
 
 /// What API threads and the driver thread share.
@@ -141,13 +182,18 @@ pub(crate) struct Inner {
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
     requests_ready: Condvar,
-    /// Requests queued, readable without the lock (for busy-polling receivers).
-    queued: AtomicUsize,
+    /// The driver thread's epoll set (transport, timer, wake).
+    epoll: OwnedFd,
+    /// The transport's readiness fd (stable for the transport's life).
+    readiness: RawFd,
+    /// Wakes the driver thread (shutdown).
     wake: OwnedFd,
-    _timer: OwnedFd,
+    /// Wakes the leader: its wait may be over.
+    kick: OwnedFd,
+    timer: OwnedFd,
     origin: u64,
     closed: AtomicBool,
-    pub(crate) busy_poll: Option<Duration>,
+    busy_poll: Option<Duration>,
 }
 
 fn monotonic_ns() -> u64 {
@@ -168,6 +214,11 @@ fn owned(rc: libc::c_int) -> io::Result<OwnedFd> {
     cvt(rc).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: a plain system call creating a new descriptor.
+    owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
+}
+
 impl Shared {
     /// Starts a driver thread for `endpoint` over `transport`.
     pub(crate) fn start(
@@ -176,14 +227,16 @@ impl Shared {
         allow: Vec<Cidr>,
         busy_poll: Option<Duration>,
     ) -> Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
+        let (wake, kick) = (eventfd()?, eventfd()?);
         // SAFETY: plain system calls creating new descriptors.
-        let wake = owned(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
         let timer = owned(unsafe {
             libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
         })?;
+        // SAFETY: a plain system call creating a new descriptor.
         let epoll = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        let readiness = transport.readiness_fd().as_raw_fd();
         for (fd, token) in [
-            (transport.readiness_fd().as_raw_fd(), TOKEN_SOCKET),
+            (readiness, TOKEN_SOCKET),
             (timer.as_raw_fd(), TOKEN_TIMER),
             (wake.as_raw_fd(), TOKEN_WAKE),
         ] {
@@ -211,21 +264,28 @@ impl Shared {
             to_wake: Vec::new(),
             new_requests: 0,
             closed: false,
+            leader: false,
+            in_leader: false,
+            kick: false,
+            request_sleepers: 0,
+            blind: false,
+            grace: None,
         };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             requests_ready: Condvar::new(),
-            queued: AtomicUsize::new(0),
+            epoll,
+            readiness,
             wake,
-            _timer: timer,
+            kick,
+            timer,
             origin,
             closed: AtomicBool::new(false),
             busy_poll,
         });
         let driver = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("homa-driver".into())
-            .spawn(move || driver.run(epoll))?;
+        let thread =
+            std::thread::Builder::new().name("homa-driver".into()).spawn(move || driver.run())?;
         Ok((shared, thread))
     }
 
@@ -250,9 +310,12 @@ impl Shared {
 
     fn release(&self, mut inner: MutexGuard<'_, Inner>) {
         let wakers = mem::take(&mut inner.to_wake);
-        let new = mem::take(&mut inner.new_requests);
-        self.queued.store(inner.requests.len(), Ordering::Release);
+        let new = mem::take(&mut inner.new_requests).min(inner.request_sleepers);
+        let kick = mem::take(&mut inner.kick);
         drop(inner);
+        if kick {
+            signal(self.kick.as_raw_fd());
+        }
         for _ in 0..new {
             self.requests_ready.notify_one();
         }
@@ -261,40 +324,162 @@ impl Shared {
         }
     }
 
-    /// Blocks until a request is queued; `None` after `timeout`.
-    pub(crate) fn next_request(&self, timeout: Option<Duration>) -> Result<Incoming> {
+    /// Whether the driver thread watches the transport.
+    fn watch_transport(&self, inner: &mut Inner, on: bool) {
+        if inner.blind != on {
+            return;
+        }
+        inner.blind = !on;
+        inner.grace = None;
+        let events = if on { libc::EPOLLIN as u32 } else { 0 };
+        let mut ev = libc::epoll_event { events, u64: TOKEN_SOCKET };
+        // SAFETY: both descriptors are open; ev is a valid epoll_event.
+        let rc = unsafe {
+            libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, self.readiness, &mut ev)
+        };
+        if rc < 0 {
+            tracing::error!("epoll_ctl: {}", io::Error::last_os_error());
+        }
+    }
+
+    /// Makes the calling thread the leader unless another thread is; returns whether it is.
+    /// A thread about to send and then wait claims leadership first, so the answer cannot
+    /// slip to the driver thread in between.
+    pub(crate) fn claim(&self, inner: &mut Inner) -> bool {
+        if inner.leader {
+            return false;
+        }
+        inner.leader = true;
+        self.watch_transport(inner, false);
+        true
+    }
+
+    /// The driver thread must watch the transport: a future waits on it. (A thread that
+    /// blocks leads instead, or waits for the leader.)
+    pub(crate) fn need_driver(&self, inner: &mut Inner) {
+        if !inner.leader {
+            self.watch_transport(inner, true);
+        }
+    }
+
+    /// Ends a leader's term. If others wait (calls pending, threads sleeping for
+    /// requests), the driver thread takes over now; else after `LEADER_GRACE`, unless
+    /// someone leads or needs it before.
+    fn step_down(&self, inner: &mut Inner) {
+        inner.leader = false;
+        if inner.request_sleepers > 0 || !inner.calls.is_empty() {
+            self.watch_transport(inner, true);
+        } else if inner.blind {
+            inner.grace = Some(inner.now + LEADER_GRACE);
+            inner.settle(false); // arms the timer for the grace period
+        }
+    }
+
+    /// Gives leadership up (for a leader that will not wait after all).
+    pub(crate) fn resign(&self) {
+        let mut inner = self.lock();
+        self.step_down(&mut inner);
+        self.release(inner);
+    }
+
+    /// Leads (see the module docs) until `done` holds, the socket closes or `until`
+    /// passes. Returns `false` at once if another thread leads.
+    fn lead(&self, until: Option<std::time::Instant>, done: impl Fn(&Inner) -> bool) -> bool {
+        let claimed = self.claim(&mut self.lock());
+        if claimed {
+            self.lead_claimed(until, done);
+        }
+        claimed
+    }
+
+    /// [`lead`](Shared::lead) for a thread that has claimed leadership already.
+    fn lead_claimed(&self, until: Option<std::time::Instant>, done: impl Fn(&Inner) -> bool) {
+        let mut inner = self.lock();
+        loop {
+            let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
+            if inner.closed || done(&inner) || expired {
+                self.step_down(&mut inner);
+                self.release(inner);
+                return;
+            }
+            self.release(inner);
+            let kicked = self.await_input(until);
+            inner = self.lock();
+            inner.in_leader = true;
+            if kicked {
+                clear(self.kick.as_raw_fd());
+            }
+            let now = inner.clock(self.now());
+            inner.receive(now);
+            inner.settle(false);
+            inner.in_leader = false;
+        }
+    }
+
+    /// Sleeps until the transport is readable, the leader is kicked (returns `true`), or
+    /// `until` passes; with busy polling, checks without sleeping for a while first.
+    fn await_input(&self, until: Option<std::time::Instant>) -> bool {
+        let mut fds = [
+            libc::pollfd { fd: self.readiness, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.kick.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        let mut poll = |timeout_ms: i32| {
+            // SAFETY: fds is a live array of the length given.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
+        };
         if let Some(spin) = self.busy_poll {
             let start = std::time::Instant::now();
-            while self.queued.load(Ordering::Acquire) == 0
-                && !self.closed.load(Ordering::Acquire)
-                && start.elapsed() < spin
-            {
+            while start.elapsed() < spin {
+                if poll(0) != 0 {
+                    return fds[1].revents != 0;
+                }
                 std::hint::spin_loop();
             }
         }
+        let timeout = until.map_or(-1, |u| {
+            let left = u.saturating_duration_since(std::time::Instant::now());
+            left.as_millis().saturating_add(1).min(i32::MAX as u128) as i32
+        });
+        poll(timeout);
+        fds[1].revents != 0
+    }
+
+    /// Blocks until call `c` completes, leading if this thread `claimed` leadership or
+    /// nobody leads.
+    pub(crate) fn wait_call(&self, c: &Completion, claimed: bool) -> Result<Vec<u8>> {
+        if claimed {
+            self.lead_claimed(None, |_| c.is_done());
+        } else {
+            self.lead(None, |_| c.is_done());
+        }
+        c.wait()
+    }
+
+    /// Blocks until a request is queued; `Error::TimedOut` after `timeout`.
+    pub(crate) fn next_request(&self, timeout: Option<Duration>) -> Result<Incoming> {
         let end = timeout.map(|t| std::time::Instant::now() + t);
+        self.lead(end, |inner| !inner.requests.is_empty());
         let mut inner = self.lock();
         loop {
             if inner.closed {
                 return Err(Error::Shutdown);
             }
             if let Some(r) = inner.requests.pop_front() {
-                self.queued.store(inner.requests.len(), Ordering::Release);
                 return Ok(r);
             }
-            inner = match end {
+            let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(Error::TimedOut);
+            }
+            inner.request_sleepers += 1;
+            inner = match left {
                 None => self.requests_ready.wait(inner).unwrap_or_else(|e| e.into_inner()),
-                Some(end) => {
-                    let left = end.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return Err(Error::TimedOut);
-                    }
-                    self.requests_ready
-                        .wait_timeout(inner, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
+                Some(left) => {
+                    let waited = self.requests_ready.wait_timeout(inner, left);
+                    waited.unwrap_or_else(|e| e.into_inner()).0
                 }
             };
+            inner.request_sleepers -= 1;
         }
     }
 
@@ -305,9 +490,9 @@ impl Shared {
             return Some(Err(Error::Shutdown));
         }
         if let Some(r) = inner.requests.pop_front() {
-            self.queued.store(inner.requests.len(), Ordering::Release);
             return Some(Ok(r));
         }
+        self.need_driver(&mut inner);
         if !inner.request_wakers.iter().any(|w| w.will_wake(waker)) {
             inner.request_wakers.push(waker.clone());
         }
@@ -321,59 +506,51 @@ impl Shared {
         if !inner.closed {
             inner.closed = true;
             inner.fail_all();
-            inner.clock(self.now());
-            inner.settle(false);
             inner.requests.clear();
             let wakers = mem::take(&mut inner.request_wakers);
             inner.to_wake.extend(wakers);
+            inner.clock(self.now());
+            inner.settle(false);
         }
         self.closed.store(true, Ordering::Release);
         self.release(inner);
         self.requests_ready.notify_all();
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd. A full counter (EAGAIN)
-        // still leaves it readable, which is all that matters.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+        signal(self.kick.as_raw_fd());
+        signal(self.wake.as_raw_fd());
     }
 
     /// The driver thread: wait for packets, deadlines or shutdown; handle them; repeat.
-    fn run(self: Arc<Shared>, epoll: OwnedFd) {
+    fn run(self: Arc<Shared>) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
-        let mut last_busy = std::time::Instant::now();
         loop {
-            let spin = self.busy_poll.is_some_and(|b| last_busy.elapsed() < b);
             // SAFETY: events is a live array of the length given.
             let n = unsafe {
                 libc::epoll_wait(
-                    epoll.as_raw_fd(),
+                    self.epoll.as_raw_fd(),
                     events.as_mut_ptr(),
                     events.len() as i32,
-                    if spin { 0 } else { -1 },
+                    -1,
                 )
             };
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
             if n <= 0 {
-                continue; // EINTR, or nothing yet while spinning
-            }
-            if self.busy_poll.is_some() {
-                last_busy = std::time::Instant::now();
+                continue; // EINTR
             }
             for ev in &events[..n as usize] {
-                let token = ev.u64;
-                let fd = match token {
-                    TOKEN_TIMER => self._timer.as_raw_fd(),
-                    TOKEN_WAKE => self.wake.as_raw_fd(),
-                    _ => continue,
-                };
-                let mut buf = [0u8; 8];
-                // SAFETY: reads 8 bytes into a live buffer; clears the fd's readiness.
-                unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+                match ev.u64 {
+                    TOKEN_TIMER => clear(self.timer.as_raw_fd()),
+                    TOKEN_WAKE => clear(self.wake.as_raw_fd()),
+                    _ => {}
+                }
             }
             let mut inner = self.lock();
             let now = inner.clock(self.now());
             inner.counters.wakeups += 1;
+            if inner.grace.is_some_and(|g| g <= now) {
+                self.need_driver(&mut inner);
+            }
             // Timers run only once what had arrived is handled: a response waiting in the
             // socket queue must count before its RPC is judged silent.
             inner.receive(now);
@@ -403,9 +580,11 @@ impl Inner {
                     self.counters.dropped_by_allow_list += 1;
                     continue;
                 }
-                // Malformed packets are counted by the endpoint; nothing else to do.
-                let _ = self.endpoint.handle_packet(now, d.addr, bytes);
-                self.drain(now);
+                for packet in d.packets(bytes) {
+                    // Malformed packets are counted by the endpoint; nothing else to do.
+                    let _ = self.endpoint.handle_packet(now, d.addr, packet);
+                    self.drain(now);
+                }
             }
             if !rx.is_full() {
                 break;
@@ -418,7 +597,7 @@ impl Inner {
     /// when full) and every event.
     fn drain(&mut self, now: Instant) {
         while let Some(t) = self.endpoint.poll_transmit(now, self.tx.next_slot()) {
-            self.tx.push(Datagram { addr: t.to, len: t.len, priority: t.priority });
+            self.tx.push(Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 });
             if self.tx.is_full() {
                 self.flush();
             }
@@ -446,10 +625,8 @@ impl Inner {
     /// The earliest of the endpoint's deadline and the calls' deadlines.
     fn next_deadline(&mut self) -> Option<Instant> {
         let user = self.deadlines.first().map(|&(when, _)| when);
-        match (self.endpoint.poll_timeout(), user) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let grace = self.grace.filter(|_| !self.leader);
+        [self.endpoint.poll_timeout(), user, grace].into_iter().flatten().min()
     }
 
     /// Drains, sends, and feeds back what the transport learned (unreachable peers); with
@@ -520,6 +697,7 @@ impl Inner {
             Event::RequestReceived { rpc, client_port, message, .. } => {
                 self.requests.push_back(Incoming { rpc, client_port, message });
                 self.new_requests += 1;
+                self.kick |= self.leader && !self.in_leader;
                 let wakers = mem::take(&mut self.request_wakers);
                 self.to_wake.extend(wakers);
             }
@@ -539,6 +717,7 @@ impl Inner {
     /// Hands a call its result.
     fn finish(&mut self, id: u64, result: Result<Vec<u8>>) {
         let Some(call) = self.calls.remove(&id) else { return };
+        self.kick |= self.leader && !self.in_leader;
         if let Some(d) = call.deadline {
             self.deadlines.remove(&(d, id));
         }

@@ -73,8 +73,8 @@ impl Builder {
         self
     }
 
-    /// Trade CPU for latency: the driver thread polls the socket, and waiting callers spin,
-    /// for up to `spin` after the last activity before sleeping. Off by default.
+    /// Trade CPU for latency: a thread blocked in `call`, `Call::wait` or `recv_request`
+    /// polls the socket without sleeping for up to `spin` before it sleeps. Off by default.
     pub fn busy_poll(mut self, spin: Duration) -> Builder {
         self.busy_poll = Some(spin);
         self
@@ -257,7 +257,7 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>> {
-        self.call_async(dest, message, timeout)?.wait()
+        self.start(dest, message.into(), timeout, true)?.wait()
     }
 
     /// Starts a call and returns it as a [`Call`]: a future of the response (any
@@ -269,13 +269,33 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Call> {
-        let message = message.into();
-        let (id, completion) = self.shared.with(|inner, now| {
+        self.start(dest, message.into(), timeout, false)
+    }
+
+    /// Starts a call; with `lead`, claims leadership first if free (the caller will wait).
+    fn start(
+        &self,
+        dest: SocketAddr,
+        message: Payload,
+        timeout: Option<Duration>,
+        lead: bool,
+    ) -> Result<Call> {
+        let (started, leading) = self.shared.with(|inner, now| {
+            let leading = lead && self.shared.claim(inner);
+            if !lead {
+                self.shared.need_driver(inner);
+            }
             let started = inner.start_call(now, self.port, dest, message, timeout);
             inner.settle(false);
-            started
+            (started, leading)
+        });
+        let (id, completion) = started.inspect_err(|_| {
+            if leading {
+                self.shared.resign();
+            }
         })?;
-        Ok(Call { shared: Arc::clone(&self.shared), id, completion, done: false })
+        let shared = Arc::clone(&self.shared);
+        Ok(Call { shared, id, completion, leading, done: false })
     }
 
     /// Aborts call `id` ([`Call::id`]): it fails with [`Error::Aborted`]. The server is not
@@ -351,6 +371,8 @@ pub struct Call {
     shared: Arc<Shared>,
     id: u64,
     completion: Arc<Completion>,
+    /// This call's thread claimed leadership when sending (blocking `Socket::call`).
+    leading: bool,
     done: bool,
 }
 
@@ -362,7 +384,8 @@ impl Call {
 
     /// Blocks until the response (or failure) arrives.
     pub fn wait(mut self) -> Result<Vec<u8>> {
-        let r = self.completion.wait(self.shared.busy_poll);
+        let claimed = std::mem::take(&mut self.leading);
+        let r = self.shared.wait_call(&self.completion, claimed);
         self.done = true;
         r
     }
@@ -384,6 +407,9 @@ impl Future for Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
+        if self.leading {
+            self.shared.resign();
+        }
         if !self.done {
             let id = self.id;
             self.shared.with(|inner, _| {

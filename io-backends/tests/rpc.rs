@@ -96,3 +96,39 @@ fn async_server_and_client() {
         assert_eq!(call.await.unwrap(), b"answer");
     });
 }
+
+#[test]
+fn many_threads_call_and_serve_at_once() {
+    // Several blocked callers and several blocked receivers: one of each leads (polls the
+    // socket itself), the others sleep and are served by the leader or the driver thread.
+    let builder = Socket::builder().config(patient());
+    let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+    let echoers: Vec<_> = (0..3).map(|_| echo(&server)).collect();
+    let client = Arc::new(builder.client(loopback_v4()).unwrap());
+    let callers: Vec<_> = (0..8u8)
+        .map(|t| {
+            let (client, to) = (Arc::clone(&client), server.local_addr());
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let message = pattern(1 + (i * 97) % 5000, t);
+                    assert_eq!(client.call(to, message.clone(), None).unwrap(), message);
+                }
+            })
+        })
+        .collect();
+    // Futures on the same socket meanwhile.
+    let futures: Vec<_> = (0..20)
+        .map(|i| client.call_async(server.local_addr(), vec![i; 10], None).unwrap())
+        .collect();
+    for (i, f) in futures.into_iter().enumerate() {
+        assert_eq!(pollster::block_on(f).unwrap(), vec![i as u8; 10]);
+    }
+    for c in callers {
+        c.join().unwrap();
+    }
+    assert_eq!(server.metrics().core.requests_received, 8 * 50 + 20);
+    server.shutdown();
+    for e in echoers {
+        e.join().unwrap();
+    }
+}

@@ -118,6 +118,19 @@ pub struct Datagram {
     /// Homa priority 0..=7 (sending only); becomes TOS / traffic class
     /// [`homa_core::wire::tos_for_priority`].
     pub priority: u8,
+    /// Receiving only: 0 for one packet; else the datagram holds several packets back to
+    /// back, each `segment` bytes but the last (UDP GRO coalesced them).
+    pub segment: usize,
+}
+
+impl Datagram {
+    /// The packets in `bytes`, the datagram's contents (one, possibly empty, unless
+    /// `segment` says otherwise).
+    pub fn packets<'a>(&self, bytes: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+        let seg = if self.segment == 0 { bytes.len() } else { self.segment };
+        let count = if seg == 0 { 1 } else { bytes.len().div_ceil(seg) };
+        (0..count).map(move |i| &bytes[i * seg..((i + 1) * seg).min(bytes.len())])
+    }
 }
 
 /// Fixed-size slots for up to `capacity` datagrams, filled in order, reused across batches.
@@ -184,6 +197,14 @@ impl Batch {
             let from = src * self.slot_len + offset;
             self.buf.copy_within(from..from + len, dst * self.slot_len);
         }
+    }
+
+    /// The bytes of datagrams `first..first + count`, which lie back to back when all
+    /// but the last fill their slots.
+    pub(crate) fn run_bytes(&self, first: usize, count: usize) -> &[u8] {
+        let (last, _) = self.get(first + count - 1);
+        let start = first * self.slot_len;
+        &self.buf[start..start + (count - 1) * self.slot_len + last.len]
     }
 
     /// Datagram `i` and its bytes.

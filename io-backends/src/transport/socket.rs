@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::sys::{self, MmsgScratch, Reports};
+use super::sys::{self, MmsgScratch, RecvMode, Reports};
 use super::{Batch, IPPROTO_HOMA, Transport, TransportKind, TransportStats};
 use crate::error::{Error, Result};
 
@@ -21,7 +21,9 @@ const SOCKET_BUFFER: i32 = 8 << 20;
 /// Homa over a UDP socket (the UDP payload is the Homa packet) or a raw IP socket of
 /// protocol 146 (the IP payload is the Homa packet, as the Linux module sends it).
 /// Priorities go per packet in IP_TOS / IPV6_TCLASS control messages; ICMP errors are read
-/// from the error queue (IP_RECVERR) and reported as unreachable peers.
+/// from the error queue (IP_RECVERR) and reported as unreachable peers. UDP sockets use
+/// segmentation offload (GSO) for runs of full-size packets to one peer and receive
+/// offload (GRO), where the kernel offers them.
 pub struct SocketTransport {
     pub(super) socket: Socket,
     pub(super) kind: TransportKind,
@@ -31,6 +33,10 @@ pub struct SocketTransport {
     rx: MmsgScratch,
     pub(super) stats: TransportStats,
     pub(super) unreachable: VecDeque<SocketAddr>,
+    /// Send runs of full-size datagrams to one peer as one UDP GSO message.
+    gso: bool,
+    /// Receive with UDP GRO: the kernel may coalesce datagrams from one peer.
+    gro: bool,
 }
 
 impl SocketTransport {
@@ -82,6 +88,10 @@ impl SocketTransport {
             (libc::IPPROTO_IP, libc::IP_RECVERR)
         };
         sys::setsockopt_int(fd, level, recverr, 1)?;
+        // UDP segmentation offload, where the kernel has it (Linux 4.18+).
+        let udp = kind == TransportKind::Udp;
+        let gso = udp && sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
+        let gro = udp && sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         let local =
             socket.local_addr()?.as_socket().ok_or(io::Error::from(io::ErrorKind::InvalidInput))?;
         Ok(SocketTransport {
@@ -93,6 +103,8 @@ impl SocketTransport {
             rx: MmsgScratch::new(BATCH),
             stats: TransportStats::default(),
             unreachable: VecDeque::new(),
+            gso,
+            gro,
         })
     }
 
@@ -149,17 +161,14 @@ impl Transport for SocketTransport {
     fn send(&mut self, batch: &mut Batch) -> io::Result<()> {
         let (fd, v6) = (self.fd(), self.v6);
         let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable };
-        while !batch.is_empty() {
-            sys::send_batch(fd, v6, batch, &mut self.tx, &mut r)?;
-        }
-        Ok(())
+        sys::send_batch(fd, v6, &mut self.gso, batch, &mut self.tx, &mut r)
     }
 
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()> {
         let (fd, raw) = (self.fd(), self.raw());
-        let strip = raw && !self.v6;
+        let mode = RecvMode { raw, strip_ipv4: raw && !self.v6, gro: self.gro };
         let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable };
-        sys::recv_batch(fd, batch, &mut self.rx, strip, raw, &mut r)
+        sys::recv_batch(fd, batch, &mut self.rx, mode, &mut r)
     }
 
     fn poll_unreachable(&mut self) -> Option<SocketAddr> {

@@ -12,10 +12,20 @@ use homa_core::wire::tos_for_priority;
 
 use super::{Batch, Datagram, TransportStats};
 
-/// Room for one `int` control message (CMSG_SPACE(4) is 24 on 64-bit Linux).
+/// Room for the control messages of one sent datagram: TOS / traffic class and the UDP
+/// segment size (CMSG_SPACE of an int and of a u16: 24 bytes each on 64-bit Linux).
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
-pub(super) struct CmsgBuf(pub(super) [u8; 32]);
+pub(super) struct CmsgBuf(pub(super) [u8; 64]);
+
+impl CmsgBuf {
+    pub(super) const ZERO: CmsgBuf = CmsgBuf([0; 64]);
+}
+
+/// Most segments in one UDP GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or more).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes in one UDP GSO send (a UDP datagram holds at most 65,507).
+const GSO_MAX_BYTES: usize = 65_000;
 
 /// Writes `addr` into `storage`; returns the length to pass to the kernel.
 pub(super) fn write_sockaddr(addr: SocketAddr, storage: &mut libc::sockaddr_storage) -> u32 {
@@ -66,16 +76,23 @@ pub(super) fn read_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAd
     }
 }
 
-/// Fills `msg`'s control buffer `cmsg` with the TOS (IPv4) or traffic class (IPv6) for
-/// Homa `priority`.
+/// Fills `msg`'s control buffer with the TOS (IPv4) or traffic class (IPv6) for Homa
+/// `priority` and, if given, the UDP GSO segment size.
 ///
 /// # Safety
-/// `msg.msg_control` must point to `cmsg`, which must outlive the use of `msg`.
-pub(super) unsafe fn set_priority_cmsg(msg: &mut libc::msghdr, v6: bool, priority: u8) {
-    let space = unsafe { libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32) };
-    msg.msg_controllen = space as usize;
-    // SAFETY: msg_control points to a zeroed-or-reused buffer of at least CMSG_SPACE(int)
-    // bytes, 8-aligned (the caller's contract), so the first header and its data fit.
+/// `msg.msg_control` must point to a [`CmsgBuf`] that outlives the use of `msg`.
+pub(super) unsafe fn set_cmsgs(
+    msg: &mut libc::msghdr,
+    v6: bool,
+    priority: u8,
+    segment: Option<u16>,
+) {
+    // SAFETY: pure arithmetic macros.
+    let (int_space, u16_space) =
+        unsafe { (libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32), libc::CMSG_SPACE(2)) };
+    msg.msg_controllen = (int_space + if segment.is_some() { u16_space } else { 0 }) as usize;
+    // SAFETY: msg_control points to a CmsgBuf (64 bytes, 8-aligned: the caller's
+    // contract), which holds both messages; the CMSG macros stay inside msg_controllen.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(msg);
         (*c).cmsg_level = if v6 { libc::IPPROTO_IPV6 } else { libc::IPPROTO_IP };
@@ -83,6 +100,13 @@ pub(super) unsafe fn set_priority_cmsg(msg: &mut libc::msghdr, v6: bool, priorit
         (*c).cmsg_len = libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) as usize;
         let tos = libc::c_int::from(tos_for_priority(priority));
         ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), tos);
+        if let Some(size) = segment {
+            let c = libc::CMSG_NXTHDR(msg, c);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
+        }
     }
 }
 
@@ -93,6 +117,8 @@ pub(super) struct MmsgScratch {
     iovs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<CmsgBuf>,
+    /// Per message: the batch datagrams it carries (first, count).
+    runs: Vec<(usize, usize)>,
 }
 
 // SAFETY: the raw pointers inside are rewritten before every system call and never
@@ -107,7 +133,8 @@ impl MmsgScratch {
             hdrs: vec![hdr; n],
             iovs: vec![iov; n],
             names: vec![name; n],
-            cmsgs: vec![CmsgBuf([0; 32]); n],
+            cmsgs: vec![CmsgBuf::ZERO; n],
+            runs: vec![(0, 0); n],
         }
     }
 }
@@ -132,86 +159,121 @@ pub(super) struct Reports<'a> {
     pub(super) unreachable: &'a mut VecDeque<SocketAddr>,
 }
 
-/// Sends `batch` with `sendmmsg` and clears it. A refused datagram is dropped and counted;
-/// if its destination is unreachable it is reported. A pending socket error (an ICMP error
-/// for an earlier packet) is read from the error queue and the datagram is retried once.
+/// Sends `batch` with `sendmmsg` and clears it. With `gso`, runs of full-size datagrams
+/// to one peer at one priority go as one UDP GSO message (they lie back to back in the
+/// batch, so one iovec covers them); if the kernel refuses that, `gso` is turned off and
+/// they go one by one. A refused datagram is dropped and counted; if its destination is
+/// unreachable it is reported. A pending socket error (an ICMP error about an earlier
+/// packet) is read from the error queue and the message is retried once.
 pub(super) fn send_batch(
     fd: RawFd,
     v6: bool,
+    gso: &mut bool,
     batch: &mut Batch,
     s: &mut MmsgScratch,
     r: &mut Reports<'_>,
 ) -> io::Result<()> {
-    let mut base = 0;
-    while base < batch.len() {
-        let n = (batch.len() - base).min(s.hdrs.len());
-        send_chunk(fd, v6, batch, base, n, s, r)?;
-        base += n;
+    let mut next = 0;
+    while next < batch.len() {
+        next = send_some(fd, v6, gso, batch, next, s, r)?;
     }
     batch.clear();
     Ok(())
 }
 
-/// Sends datagrams `base..base + n` of `batch` (`n` at most the scratch's size).
-fn send_chunk(
+/// How many datagrams from `first` on can go as one GSO message.
+fn run_len(batch: &Batch, first: usize) -> usize {
+    let (head, _) = batch.get(first);
+    let max = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / batch.slot_len()).max(1);
+    let mut n = 1;
+    while first + n < batch.len() && n < max {
+        // Every segment but the last must be full.
+        let (prev, _) = batch.get(first + n - 1);
+        let (d, _) = batch.get(first + n);
+        if prev.len != batch.slot_len() || d.addr != head.addr || d.priority != head.priority {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// Sends up to a scratch-full of messages starting at datagram `first`; returns the first
+/// datagram not yet handled.
+fn send_some(
     fd: RawFd,
     v6: bool,
+    gso: &mut bool,
     batch: &Batch,
-    base: usize,
-    n: usize,
+    first: usize,
     s: &mut MmsgScratch,
     r: &mut Reports<'_>,
-) -> io::Result<()> {
-    for i in 0..n {
-        let (d, bytes) = batch.get(base + i);
-        let namelen = write_sockaddr(d.addr, &mut s.names[i]);
-        s.iovs[i] = libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: d.len };
-        let msg = &mut s.hdrs[i].msg_hdr;
-        msg.msg_name = ptr::from_mut(&mut s.names[i]).cast();
+) -> io::Result<usize> {
+    let (mut n, mut k) = (0, first);
+    while n < s.hdrs.len() && k < batch.len() {
+        let count = if *gso { run_len(batch, k) } else { 1 };
+        let (d, _) = batch.get(k);
+        let bytes = batch.run_bytes(k, count);
+        let namelen = write_sockaddr(d.addr, &mut s.names[n]);
+        s.iovs[n] =
+            libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() };
+        let msg = &mut s.hdrs[n].msg_hdr;
+        msg.msg_name = ptr::from_mut(&mut s.names[n]).cast();
         msg.msg_namelen = namelen;
-        msg.msg_iov = &raw mut s.iovs[i];
+        msg.msg_iov = &raw mut s.iovs[n];
         msg.msg_iovlen = 1;
-        msg.msg_control = s.cmsgs[i].0.as_mut_ptr().cast();
+        msg.msg_control = s.cmsgs[n].0.as_mut_ptr().cast();
         msg.msg_flags = 0;
-        // SAFETY: msg_control points to this message's own 8-aligned 32-byte buffer, which
-        // lives in the scratch for the whole call.
-        unsafe { set_priority_cmsg(msg, v6, d.priority) };
+        let segment = (count > 1).then_some(batch.slot_len() as u16);
+        // SAFETY: msg_control points to this message's own CmsgBuf, which lives in the
+        // scratch for the whole call.
+        unsafe { set_cmsgs(msg, v6, d.priority, segment) };
+        s.runs[n] = (k, count);
+        n += 1;
+        k += count;
     }
-    let mut start = 0;
-    let mut retried = false;
-    while start < n {
-        // SAFETY: hdrs[start..n] point to live names, iovecs (into `batch`) and control
+    let (mut i, mut retried) = (0, false);
+    while i < n {
+        // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch`) and control
         // buffers set up above; the kernel only reads them.
-        let sent =
-            unsafe { libc::sendmmsg(fd, s.hdrs[start..].as_mut_ptr(), (n - start) as u32, 0) };
+        let sent = unsafe { libc::sendmmsg(fd, s.hdrs[i..].as_mut_ptr(), (n - i) as u32, 0) };
         r.stats.tx_calls += 1;
         if sent > 0 {
-            r.stats.tx_datagrams += sent as u64;
-            start += sent as usize;
-            retried = false;
+            let sent = sent as usize;
+            r.stats.tx_datagrams += s.runs[i..i + sent].iter().map(|&(_, c)| c as u64).sum::<u64>();
+            (i, retried) = (i + sent, false);
             continue;
         }
         let err = io::Error::last_os_error();
         let errno = err.raw_os_error().unwrap_or(0);
+        let (start, count) = s.runs[i];
         match errno {
             libc::EINTR => {}
             libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH if !retried => {
                 // Probably an ICMP error about an earlier packet: learn which peer it was
-                // about, then try this datagram again.
+                // about, then try this message again.
                 drain_errors(fd, r);
                 retried = true;
             }
+            libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT | libc::EOPNOTSUPP
+                if count > 1 =>
+            {
+                *gso = false;
+                tracing::info!("UDP GSO refused ({err}); sending datagrams one by one");
+                return Ok(start);
+            }
             libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL => return Err(err),
             _ => {
-                let (d, _) = batch.get(base + start);
-                refused(d.addr, errno, r);
+                let (d, _) = batch.get(start);
+                for _ in 0..count {
+                    refused(d.addr, errno, r);
+                }
                 tracing::debug!(to = %d.addr, "send failed: {err}");
-                start += 1;
-                retried = false;
+                (i, retried) = (i + 1, false);
             }
         }
     }
-    Ok(())
+    Ok(k)
 }
 
 /// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.
@@ -223,14 +285,23 @@ pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
     r.stats.tx_dropped += 1;
 }
 
-/// Receives into `batch` with one `recvmmsg`, without blocking. `strip_ipv4` removes the
-/// IPv4 header raw IPv4 sockets deliver; `raw` zeroes the source port (raw IP has none).
+/// How a socket's datagrams arrive.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecvMode {
+    /// Raw IP: no source port.
+    pub(super) raw: bool,
+    /// Raw IPv4: the IP header comes first; strip it.
+    pub(super) strip_ipv4: bool,
+    /// UDP GRO is on: a datagram may hold several packets (segment size in a cmsg).
+    pub(super) gro: bool,
+}
+
+/// Receives into `batch` with one `recvmmsg`, without blocking.
 pub(super) fn recv_batch(
     fd: RawFd,
     batch: &mut Batch,
     s: &mut MmsgScratch,
-    strip_ipv4: bool,
-    raw: bool,
+    mode: RecvMode,
     r: &mut Reports<'_>,
 ) -> io::Result<()> {
     let first = batch.len();
@@ -246,8 +317,10 @@ pub(super) fn recv_batch(
         msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
         msg.msg_iov = &raw mut s.iovs[i];
         msg.msg_iovlen = 1;
-        msg.msg_control = ptr::null_mut();
-        msg.msg_controllen = 0;
+        (msg.msg_control, msg.msg_controllen) = match mode.gro {
+            true => (s.cmsgs[i].0.as_mut_ptr().cast(), mem::size_of::<CmsgBuf>()),
+            false => (ptr::null_mut(), 0),
+        };
         msg.msg_flags = 0;
     }
     let got = loop {
@@ -268,11 +341,9 @@ pub(super) fn recv_batch(
         let err = io::Error::last_os_error();
         match err.raw_os_error().unwrap_or(0) {
             libc::EINTR => continue,
-            libc::EAGAIN => {
-                // Nothing to read; a wake-up may have been for the error queue.
-                drain_errors(fd, r);
-                return Ok(());
-            }
+            // Nothing to read. (The error queue needs no look here: every ICMP error also
+            // fails one send or receive, and that drains it.)
+            libc::EAGAIN => return Ok(()),
             errno if is_unreachable(errno) => {
                 // A pending ICMP error, reported once: details are in the error queue.
                 drain_errors(fd, r);
@@ -287,6 +358,7 @@ pub(super) fn recv_batch(
     for i in 0..got {
         let h = &s.hdrs[i];
         let (mut len, flags) = (h.msg_len as usize, h.msg_hdr.msg_flags);
+        let raw = mode.raw;
         let from = read_sockaddr(&s.names[i])
             .map(|a| SocketAddr::new(a.ip().to_canonical(), if raw { 0 } else { a.port() }));
         let Some(from) = from.filter(|_| flags & libc::MSG_TRUNC == 0) else {
@@ -295,7 +367,7 @@ pub(super) fn recv_batch(
         };
         let (src, dst) = (first + i, batch.len());
         let mut offset = 0;
-        if strip_ipv4 {
+        if mode.strip_ipv4 {
             let slot = batch.slot_mut(src);
             let ihl = usize::from(slot.first().copied().unwrap_or(0) & 0x0f) * 4;
             if ihl < 20 || ihl > len {
@@ -307,10 +379,32 @@ pub(super) fn recv_batch(
         }
         // Close the gap left by a dropped datagram and/or the stripped header.
         batch.move_within(src, offset, len, dst);
-        batch.push(Datagram { addr: from, len, priority: 0 });
+        // SAFETY: the kernel wrote this message's control data (if any) into its buffer.
+        let segment = if mode.gro { unsafe { gro_segment(&h.msg_hdr) } } else { 0 };
+        batch.push(Datagram { addr: from, len, priority: 0, segment });
         r.stats.rx_datagrams += 1;
     }
     Ok(())
+}
+
+/// The UDP GRO segment size in a received message's control data, or 0.
+///
+/// # Safety
+/// `msg` must describe a message the kernel just filled, control buffer included.
+unsafe fn gro_segment(msg: &libc::msghdr) -> usize {
+    // SAFETY: the CMSG macros stay within msg_controllen bytes the kernel wrote.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(msg) };
+    while !c.is_null() {
+        // SAFETY: c points to a complete cmsghdr inside the buffer (see above).
+        unsafe {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let size = ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return usize::try_from(size).unwrap_or(0);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    0
 }
 
 /// Reads the socket's error queue (enabled with IP_RECVERR / IPV6_RECVERR) and reports the

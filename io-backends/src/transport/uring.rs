@@ -113,7 +113,7 @@ impl UringTransport {
             .map(|_| {
                 let (name, iov, msg) = zero();
                 let to = socket.local;
-                SendSlot { buf: Vec::new(), name, iov, msg, cmsg: CmsgBuf([0; 32]), to }
+                SendSlot { buf: Vec::new(), name, iov, msg, cmsg: CmsgBuf::ZERO, to }
             })
             .collect();
         let mut ring = Ring {
@@ -290,7 +290,7 @@ impl Transport for UringTransport {
             s.msg.msg_iovlen = 1;
             s.msg.msg_control = s.cmsg.0.as_mut_ptr().cast();
             // SAFETY: msg_control points to the slot's own 8-aligned buffer.
-            unsafe { sys::set_priority_cmsg(&mut s.msg, v6, d.priority) };
+            unsafe { sys::set_cmsgs(&mut s.msg, v6, d.priority, None) };
             let entry = opcode::SendMsg::new(types::Fd(fd), &raw const s.msg)
                 .build()
                 .user_data(SEND | i as u64);
@@ -408,7 +408,7 @@ impl UringTransport {
             return;
         }
         batch.next_slot()[..bytes.len()].copy_from_slice(bytes);
-        batch.push(Datagram { addr: from, len: bytes.len(), priority: 0 });
+        batch.push(Datagram { addr: from, len: bytes.len(), priority: 0, segment: 0 });
         self.socket.stats.rx_datagrams += 1;
     }
 }
