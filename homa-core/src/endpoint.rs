@@ -721,10 +721,16 @@ impl Endpoint {
                 Rejected::PastEnd => self.metrics.drops.inconsistent += 1,
                 Rejected::TooManyGaps => self.metrics.drops.gap_limit += 1,
             }
-            return false;
         }
+        // Also for a dropped packet: it may have created the message (an empty or
+        // out-of-reach first packet), which must then be granted to and watched by the
+        // timers like any other, or it would hold its memory forever.
         if grantable {
             self.grant_cx(|g, cx| g.check_rpc(cx, r));
+        }
+        if added.is_err() {
+            self.refresh_worry(r);
+            return false;
         }
         if complete {
             self.deliver(r);
