@@ -641,8 +641,8 @@ impl Inner {
             self.drain(now);
             self.flush();
             let mut fed = false;
-            while let Some(peer) = self.transport.poll_unreachable() {
-                self.endpoint.handle_unreachable(peer, None);
+            while let Some(u) = self.transport.poll_unreachable() {
+                self.endpoint.handle_unreachable(u.peer, u.port);
                 fed = true;
             }
             if fed {

@@ -241,5 +241,21 @@ fn raw_ip_frames_are_protocol_146_with_their_priority() {
     for kind in [TransportKind::Ip, TransportKind::UringIp] {
         one_rpc_on_the_wire(&net, kind, CLIENT_V4, SERVER_V4);
         one_rpc_on_the_wire(&net, kind, CLIENT_V6, SERVER_V6);
+        unreachable_peers(&net, kind);
+    }
+}
+
+/// With no Homa socket in the server's namespace its kernel answers ICMP protocol
+/// unreachable; an address without a route fails the send. Both are `Error::Unreachable`.
+fn unreachable_peers(net: &Netns, kind: TransportKind) {
+    let client_ip: IpAddr = CLIENT_V4.parse().unwrap();
+    let client =
+        Netns::run_in(&net.a, move || Socket::builder().transport(kind).client(client_ip)).unwrap();
+    for dest in [SocketAddr::new(SERVER_V4.parse().unwrap(), 7), "198.19.0.1:7".parse().unwrap()] {
+        let r = client.call(dest, b"anyone?".to_vec(), Some(std::time::Duration::from_secs(30)));
+        assert!(
+            matches!(r, Err(homa_io::Error::Unreachable(a)) if a == dest),
+            "{kind} {dest}: {r:?}"
+        );
     }
 }

@@ -280,10 +280,20 @@ pub trait Transport: Send + fmt::Debug {
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()>;
 
     /// A peer found unreachable since the last call (from ICMP errors or failed sends).
-    fn poll_unreachable(&mut self) -> Option<SocketAddr>;
+    fn poll_unreachable(&mut self) -> Option<Unreachable>;
 
     /// Counters so far.
     fn stats(&self) -> TransportStats;
+}
+
+/// A peer a transport found unreachable; becomes `Endpoint::handle_unreachable`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreachable {
+    /// Its transport address.
+    pub peer: SocketAddr,
+    /// Raw IP only: the Homa port an ICMP port-unreachable named (only RPCs with that port
+    /// fail, as in the Linux module). `None`: the whole peer is unreachable.
+    pub port: Option<u16>,
 }
 
 /// Receive slots hold any IP packet, so peers with a larger MTU are never truncated.
@@ -297,4 +307,37 @@ fn canonical(dest: SocketAddr, v6: bool, raw: bool) -> Option<SocketAddr> {
         return None;
     }
     Some(SocketAddr::new(ip, if raw { 0 } else { dest.port() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_datagram_splits_into_its_segments() {
+        let d = |len, segment| Datagram {
+            addr: "1.2.3.4:5".parse().unwrap(),
+            len,
+            priority: 0,
+            segment,
+        };
+        let bytes: Vec<u8> = (0..10).collect();
+        let split = |dg: Datagram, b: &[u8]| dg.packets(b).map(<[u8]>::to_vec).collect::<Vec<_>>();
+        assert_eq!(split(d(0, 0), &[]), vec![Vec::<u8>::new()]);
+        assert_eq!(split(d(10, 0), &bytes), vec![bytes.clone()]);
+        assert_eq!(split(d(10, 4), &bytes), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+        assert_eq!(split(d(8, 4), &bytes[..8]), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    }
+
+    #[test]
+    fn full_datagrams_to_one_peer_lie_back_to_back() {
+        let mut b = Batch::new(4, 3);
+        let a: SocketAddr = "1.2.3.4:5".parse().unwrap();
+        for (len, fill) in [(3, 1), (3, 2), (2, 3)] {
+            b.next_slot()[..len].fill(fill);
+            b.push(Datagram { addr: a, len, priority: 1, segment: 0 });
+        }
+        assert_eq!(b.run_bytes(0, 3), [1, 1, 1, 2, 2, 2, 3, 3]);
+        assert_eq!(b.get(2).1, [3, 3]);
+    }
 }

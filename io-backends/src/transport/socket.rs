@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::sys::{self, MmsgScratch, RecvMode, Reports};
-use super::{Batch, IPPROTO_HOMA, Transport, TransportKind, TransportStats};
+use super::{Batch, IPPROTO_HOMA, Transport, TransportKind, TransportStats, Unreachable};
 use crate::error::{Error, Result};
 
 /// Datagrams per `sendmmsg` / `recvmmsg`.
@@ -32,7 +32,7 @@ pub struct SocketTransport {
     tx: MmsgScratch,
     rx: MmsgScratch,
     pub(super) stats: TransportStats,
-    pub(super) unreachable: VecDeque<SocketAddr>,
+    pub(super) unreachable: VecDeque<Unreachable>,
     /// Send runs of full-size datagrams to one peer as one UDP GSO message.
     gso: bool,
     /// Receive with UDP GRO: the kernel may coalesce datagrams from one peer.
@@ -117,7 +117,8 @@ impl SocketTransport {
     }
 
     pub(super) fn reports(&mut self) -> Reports<'_> {
-        Reports { stats: &mut self.stats, unreachable: &mut self.unreachable }
+        let raw = self.raw();
+        Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw }
     }
 }
 
@@ -159,19 +160,19 @@ impl Transport for SocketTransport {
     }
 
     fn send(&mut self, batch: &mut Batch) -> io::Result<()> {
-        let (fd, v6) = (self.fd(), self.v6);
-        let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable };
+        let (fd, v6, raw) = (self.fd(), self.v6, self.raw());
+        let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw };
         sys::send_batch(fd, v6, &mut self.gso, batch, &mut self.tx, &mut r)
     }
 
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()> {
         let (fd, raw) = (self.fd(), self.raw());
         let mode = RecvMode { raw, strip_ipv4: raw && !self.v6, gro: self.gro };
-        let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable };
+        let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw };
         sys::recv_batch(fd, batch, &mut self.rx, mode, &mut r)
     }
 
-    fn poll_unreachable(&mut self) -> Option<SocketAddr> {
+    fn poll_unreachable(&mut self) -> Option<Unreachable> {
         self.unreachable.pop_front()
     }
 

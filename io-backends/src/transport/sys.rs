@@ -10,7 +10,7 @@ use std::ptr;
 
 use homa_core::wire::tos_for_priority;
 
-use super::{Batch, Datagram, TransportStats};
+use super::{Batch, Datagram, TransportStats, Unreachable};
 
 /// Room for the control messages of one sent datagram: TOS / traffic class and the UDP
 /// segment size (CMSG_SPACE of an int and of a u16: 24 bytes each on 64-bit Linux).
@@ -156,7 +156,9 @@ pub(super) fn is_unreachable(errno: i32) -> bool {
 /// Where the socket layer reports what happened to the packets.
 pub(super) struct Reports<'a> {
     pub(super) stats: &'a mut TransportStats,
-    pub(super) unreachable: &'a mut VecDeque<SocketAddr>,
+    pub(super) unreachable: &'a mut VecDeque<Unreachable>,
+    /// Raw IP: ICMP port-unreachable names a Homa port (in the returned Homa header).
+    pub(super) raw: bool,
 }
 
 /// Sends `batch` with `sendmmsg` and clears it. With `gso`, runs of full-size datagrams
@@ -280,7 +282,7 @@ fn send_some(
 pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
     if is_unreachable(errno) || errno == libc::EACCES || errno == libc::EPERM {
         r.stats.unreachable += 1;
-        r.unreachable.push_back(to);
+        r.unreachable.push_back(Unreachable { peer: to, port: None });
     }
     r.stats.tx_dropped += 1;
 }
@@ -408,7 +410,8 @@ unsafe fn gro_segment(msg: &libc::msghdr) -> usize {
 }
 
 /// Reads the socket's error queue (enabled with IP_RECVERR / IPV6_RECVERR) and reports the
-/// destinations of ICMP "unreachable" errors.
+/// destinations of ICMP "unreachable" errors. The data read is the start of the packet
+/// the error is about (from the Homa header on, for raw IP and UDP alike).
 pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) {
     let mut data = [0u8; 256];
     let mut control = [0u64; 64];
@@ -445,9 +448,13 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) {
                 };
                 let icmp = e.ee_origin == libc::SO_EE_ORIGIN_ICMP
                     || e.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
-                if icmp && is_unreachable(e.ee_errno as i32) {
+                let errno = e.ee_errno as i32;
+                if icmp && is_unreachable(errno) {
+                    // With UDP the port is part of `dest` already.
+                    let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
+                        .then(|| u16::from_be_bytes([data[2], data[3]]));
                     r.stats.unreachable += 1;
-                    r.unreachable.push_back(dest);
+                    r.unreachable.push_back(Unreachable { peer: dest, port });
                 }
             }
             // SAFETY: as above.
@@ -469,4 +476,32 @@ pub(super) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io
         )
     };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gso_runs_are_full_packets_to_one_peer_at_one_priority() {
+        let (a, b): (SocketAddr, SocketAddr) =
+            ("1.1.1.1:1".parse().unwrap(), "2.2.2.2:2".parse().unwrap());
+        let mut batch = Batch::new(8, 100);
+        // full a, full a, short a | full a | full b, full b | full b at another priority
+        for (addr, len, priority) in [
+            (a, 100, 6),
+            (a, 100, 6),
+            (a, 40, 6),
+            (a, 100, 6),
+            (b, 100, 6),
+            (b, 100, 6),
+            (b, 100, 7),
+        ] {
+            batch.push(Datagram { addr, len, priority, segment: 0 });
+        }
+        assert_eq!(run_len(&batch, 0), 3);
+        assert_eq!(run_len(&batch, 3), 1);
+        assert_eq!(run_len(&batch, 4), 2);
+        assert_eq!(run_len(&batch, 6), 1);
+    }
 }

@@ -12,7 +12,9 @@ use io_uring::{IoUring, Probe, opcode, squeue, types};
 
 use super::socket::{BATCH, SocketTransport};
 use super::sys::{self, CmsgBuf};
-use super::{Batch, Datagram, RECV_SLOT_LEN, Transport, TransportKind, TransportStats};
+use super::{
+    Batch, Datagram, RECV_SLOT_LEN, Transport, TransportKind, TransportStats, Unreachable,
+};
 
 /// Ring size; holds every posted receive and send with room to spare.
 const RING_ENTRIES: u32 = 256;
@@ -340,7 +342,7 @@ impl Transport for UringTransport {
         Ok(())
     }
 
-    fn poll_unreachable(&mut self) -> Option<SocketAddr> {
+    fn poll_unreachable(&mut self) -> Option<Unreachable> {
         self.socket.poll_unreachable()
     }
 
