@@ -20,6 +20,23 @@ fn silent_peer(ip: IpAddr) -> UdpSocket {
     }
 }
 
+/// A peer that receives but never answers, for `kind`: a UDP socket, or for raw IP a raw
+/// socket of protocol 146 on an address of its own (so the kernel sends no ICMP
+/// protocol unreachable either). Keep the first value alive while using the address.
+fn silent_peer_for(kind: TransportKind) -> (socket2::Socket, SocketAddr) {
+    if kind.is_ip() {
+        let ip = loopback_v4();
+        let raw = socket2::Domain::IPV4;
+        let s = socket2::Socket::new(raw, socket2::Type::RAW, Some(146.into())).unwrap();
+        s.bind(&SocketAddr::new(ip, 0).into()).unwrap();
+        (s, SocketAddr::new(ip, 9))
+    } else {
+        let s = silent_peer(loopback_v4());
+        let addr = s.local_addr().unwrap();
+        (s.into(), addr)
+    }
+}
+
 #[test]
 fn server_ports_must_be_1_to_32767() {
     let ip = loopback_v4();
@@ -60,17 +77,18 @@ fn bad_call_arguments_are_typed_errors() {
 
 #[test]
 fn a_silent_peer_times_out() {
-    let peer = silent_peer(loopback_v4());
-    let client = Socket::client(loopback_v4()).unwrap();
-    let to = peer.local_addr().unwrap();
-    // The caller's deadline...
-    let r = client.call(to, b"anyone?".to_vec(), Some(Duration::from_millis(20)));
-    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
-    // ...or Homa's own: the peer never answers a RESEND either.
-    let r = client.call(to, b"anyone?".to_vec(), None);
-    assert!(matches!(r, Err(Error::TimedOut)), "{r:?}");
-    assert_eq!(client.metrics().core.client_timeouts, 1);
-    assert_eq!(client.metrics().pending_calls, 0);
+    for kind in common::transports() {
+        let (_peer, to) = silent_peer_for(kind);
+        let client = Socket::builder().transport(kind).client(loopback_v4()).unwrap();
+        // The caller's deadline...
+        let r = client.call(to, b"anyone?".to_vec(), Some(Duration::from_millis(20)));
+        assert!(matches!(r, Err(Error::TimedOut)), "{kind}: {r:?}");
+        // ...or Homa's own: the peer never answers a RESEND either.
+        let r = client.call(to, b"anyone?".to_vec(), None);
+        assert!(matches!(r, Err(Error::TimedOut)), "{kind}: {r:?}");
+        assert_eq!(client.metrics().core.client_timeouts, 1, "{kind}");
+        assert_eq!(client.metrics().pending_calls, 0, "{kind}");
+    }
 }
 
 #[test]
@@ -85,9 +103,17 @@ fn a_closed_port_is_unreachable() {
 
 #[test]
 fn shutdown_fails_pending_calls() {
-    let peer = silent_peer(loopback_v4());
-    let to = peer.local_addr().unwrap();
-    let client = Arc::new(Socket::client(loopback_v4()).unwrap());
+    for kind in common::transports() {
+        shutdown_with_calls_pending(kind);
+    }
+}
+
+fn shutdown_with_calls_pending(kind: TransportKind) {
+    let (_peer, to) = silent_peer_for(kind);
+    // Homa itself must not time the calls out first, however slow this machine is.
+    let config = homa_io::Config { timeout_ticks: 100_000, ..Default::default() };
+    let client = Socket::builder().transport(kind).config(config).client(loopback_v4());
+    let client = Arc::new(client.unwrap());
     let calls: Vec<_> =
         (0..10).map(|_| client.call_async(to, b"wait".to_vec(), None).unwrap()).collect();
     let blocked = {
