@@ -52,8 +52,9 @@ impl Builder {
     }
 
     /// All Homa tunables at once (module sysctl names and defaults). `outer_header_bytes`
-    /// is always set from the transport. Call before [`mtu`](Builder::mtu) and
-    /// [`link_mbps`](Builder::link_mbps), which change fields of this config.
+    /// is always set from the transport, and a `seed` of 0 is replaced by a random one.
+    /// Call before [`mtu`](Builder::mtu) and [`link_mbps`](Builder::link_mbps), which
+    /// change fields of this config.
     pub fn config(mut self, config: Config) -> Builder {
         self.config = config;
         self
@@ -114,6 +115,9 @@ impl Builder {
         let transport = transport::open(self.kind, local)?;
         let mut config = self.config;
         config.outer_header_bytes = transport.outer_header_bytes();
+        if config.seed == 0 {
+            config.seed = random_seed();
+        }
         config.validate()?;
         if config.max_packet_len() > transport.max_packet_len() {
             let reason = "larger than one datagram of this transport can carry";
@@ -148,6 +152,21 @@ impl Builder {
         };
         Ok(Socket { shared, thread: Mutex::new(Some(thread)), local, port, kind, raw_port: claim })
     }
+}
+
+/// A seed for the endpoint's hash tables that peers cannot guess (so they cannot aim
+/// collisions at them).
+fn random_seed() -> u64 {
+    let mut seed = [0u8; 8];
+    // SAFETY: getrandom writes at most the 8 bytes of the live buffer.
+    let n = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+    if n != 8 {
+        // No entropy source: the clock is better than a constant.
+        return std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+    }
+    u64::from_ne_bytes(seed)
 }
 
 /// Registers `port` for this process's raw-IP sockets; for a client, moves on to the next
