@@ -118,6 +118,9 @@ pub struct Link {
     pub overhead: u32,
     /// Byte limit of the queues together; `None` for unlimited.
     pub limit: Option<u64>,
+    /// One FIFO queue instead of eight strict-priority ones, as a host NIC: packets keep
+    /// their priority for the switches downstream.
+    pub fifo: bool,
     pub faults: Faults,
     pub stats: LinkStats,
     queues: [VecDeque<Packet>; LEVELS],
@@ -259,6 +262,7 @@ impl Network {
             delay,
             overhead: 0,
             limit: None,
+            fifo: false,
             faults: Faults::default(),
             stats: LinkStats::default(),
             queues: Default::default(),
@@ -456,7 +460,7 @@ impl Network {
         }
         link.queued += len;
         link.stats.peak_queued = link.stats.peak_queued.max(link.queued);
-        let level = usize::from(packet.priority).min(LEVELS - 1);
+        let level = if link.fifo { 0 } else { usize::from(packet.priority).min(LEVELS - 1) };
         link.queues[level].push_back(packet);
         self.start_link(l);
     }
@@ -638,6 +642,17 @@ mod tests {
         assert_eq!(net.link(l).stats.packets, 6);
         assert_eq!(net.link(l).stats.peak_queued, 500);
         assert_eq!(net.malformed, 6);
+    }
+
+    #[test]
+    fn a_fifo_link_ignores_priorities() {
+        let (mut net, l, seen) = pair();
+        net.link_mut(l).fifo = true;
+        for (name, priority) in [(0, 0), (1, 1), (2, 7), (3, 3)] {
+            net.enqueue(l, packet(name, priority));
+        }
+        net.run_until_idle(1_000_000, &mut Collect::default());
+        assert_eq!(*seen.borrow(), [0, 1, 2, 3]);
     }
 
     #[test]

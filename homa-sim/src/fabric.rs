@@ -29,6 +29,11 @@ pub struct Topology {
     /// Bytes each packet occupies on a link beyond the Homa packet: IP header and Ethernet
     /// framing (header, FCS, preamble, inter-frame gap).
     pub wire_overhead: u32,
+    /// Host NICs run this much faster than `host_bps` (0.06 = 6 %), one FIFO queue each.
+    /// The core's pacer releases data at `host_bps` but does not count the control packets
+    /// (GRANTs) it emits, so on a NIC of exactly `host_bps` a host that sends and receives at
+    /// once builds an ever longer NIC queue; the headroom carries those packets instead.
+    pub nic_headroom: f64,
     /// Byte limit of each switch output port's queues together (all 8 levels); `None` is
     /// unlimited. Packets that do not fit are dropped and counted.
     pub buffer_bytes: Option<u64>,
@@ -51,12 +56,18 @@ impl Topology {
             host_send_delay: 1000,
             host_recv_delay: 500,
             wire_overhead: 20 + homa_core::config::ETH_OVERHEAD,
+            nic_headroom: 0.0,
             buffer_bytes: None,
         }
     }
 
     pub fn racks(&self) -> usize {
         self.hosts.div_ceil(self.hosts_per_rack)
+    }
+
+    /// Bits per second of a host NIC.
+    pub fn nic_bps(&self) -> u64 {
+        (self.host_bps as f64 * (1.0 + self.nic_headroom)) as u64
     }
 
     pub fn rack_of(&self, host: usize) -> usize {
@@ -67,7 +78,7 @@ impl Topology {
     /// the next transmitter may start: propagation plus the next node's fixed delay).
     pub fn path(&self, src: usize, dst: usize) -> Vec<(u64, u64)> {
         let (d, sw) = (self.link_delay, self.switch_delay);
-        let first = (self.host_bps, self.host_send_delay + d + sw);
+        let first = (self.nic_bps(), self.host_send_delay + d + sw);
         let last = (self.host_bps, d + self.host_recv_delay);
         if self.rack_of(src) == self.rack_of(dst) || self.spines == 0 {
             vec![first, last]
@@ -76,24 +87,36 @@ impl Topology {
         }
     }
 
-    /// Time for packets of `wire_bytes` each (in order, all ready at time 0) to reach `dst`
-    /// from `src` on an idle fabric: each link starts a packet when it has arrived and the
-    /// previous one is out (store-and-forward). The last arrival, in nanoseconds.
-    pub fn idle_time(&self, src: usize, dst: usize, wire_bytes: &[u32]) -> f64 {
+    /// The best time for a message's packets to reach `dst` from `src` on an idle fabric, in
+    /// nanoseconds. `packets` gives each packet's bytes on the wire and the time the sender's
+    /// pacer releases it (relative to the first). Links are store-and-forward; between the
+    /// two host links, packets sprayed over several spines do not wait for each other, and
+    /// the receiver's ToR sends them on in the order they arrive (which is best for the
+    /// last arrival).
+    pub fn idle_time(&self, src: usize, dst: usize, packets: &[(u32, f64)]) -> f64 {
         let path = self.path(src, dst);
+        let sprayed = path.len() > 2 && self.spines > 1;
+        let ser = |bytes: u32, bps: u64| f64::from(bytes) * 8e9 / bps as f64;
         let mut free = vec![0.0f64; path.len()];
-        let mut last = 0.0f64;
-        for &bytes in wire_bytes {
-            let mut t = 0.0f64;
-            for (hop, &(bps, delay)) in path.iter().enumerate() {
-                let start = t.max(free[hop]);
-                let done = start + f64::from(bytes) * 8e9 / bps as f64;
-                free[hop] = done;
-                t = done + delay as f64;
+        let mut at_last_hop = Vec::with_capacity(packets.len());
+        for &(bytes, release) in packets {
+            let mut t = release;
+            for (hop, &(bps, delay)) in path[..path.len() - 1].iter().enumerate() {
+                let start = if sprayed && hop > 0 { t } else { t.max(free[hop]) };
+                free[hop] = start + ser(bytes, bps);
+                t = free[hop] + delay as f64;
             }
-            last = last.max(t);
+            at_last_hop.push((t, bytes));
         }
-        last
+        if sprayed {
+            at_last_hop.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        let (bps, delay) = path[path.len() - 1];
+        let mut done = 0.0f64;
+        for (t, bytes) in at_last_hop {
+            done = t.max(done) + ser(bytes, bps);
+        }
+        done + delay as f64
     }
 
     /// Checks the shape; the error says what is wrong.
@@ -195,14 +218,11 @@ impl Fabric {
         for (i, &h) in hosts.iter().enumerate() {
             let r = topo.rack_of(i);
             let tor = tors[r];
-            host_up.push(link(
-                &mut net,
-                h,
-                tor,
-                topo.host_bps,
-                topo.host_send_delay + d + sw,
-                None,
-            ));
+            let up_delay = topo.host_send_delay + d + sw;
+            let up = link(&mut net, h, tor, topo.nic_bps(), up_delay, None);
+            // A NIC sends in the order it is handed packets; priorities are for switches.
+            net.link_mut(up).fifo = true;
+            host_up.push(up);
             let down = d + topo.host_recv_delay;
             host_down.push(link(
                 &mut net,
@@ -261,13 +281,17 @@ mod tests {
         let t = Topology::paper();
         // One 1,000-byte packet across the spine: 0.8 µs at 10G twice, 0.2 µs at 40G twice,
         // three switches, 1.5 µs of hosts.
-        let one = t.idle_time(0, 16, &[1000]);
+        let one = t.idle_time(0, 16, &[(1000, 0.0)]);
         assert!((one - (800.0 * 2.0 + 200.0 * 2.0 + 750.0 + 1500.0)).abs() < 1e-6, "{one}");
         // In a rack: two links, one switch.
-        let local = t.idle_time(0, 1, &[1000]);
+        let local = t.idle_time(0, 1, &[(1000, 0.0)]);
         assert!((local - (1600.0 + 250.0 + 1500.0)).abs() < 1e-6, "{local}");
         // A stream is paced by the host link; the fabric adds only the last packet's hops.
-        let many = t.idle_time(0, 16, &[1000; 10]);
+        let many = t.idle_time(0, 16, &[(1000, 0.0); 10]);
         assert!((many - one - 9.0 * 800.0).abs() < 1e-6, "{many}");
+        // A short last packet sprayed over another spine may overtake: the ToR sends it first.
+        let pair = t.idle_time(0, 16, &[(1000, 0.0), (100, 0.0)]);
+        let in_order = 800.0 * 2.0 + 200.0 * 2.0 + 750.0 + 1500.0 + 80.0;
+        assert!(pair < in_order + 1e-6, "{pair} vs {in_order}");
     }
 }

@@ -38,6 +38,8 @@ pub fn paper_overcommit(workload: &str) -> Option<u8> {
 ///   paper had no cap beyond the per-message window (a cap would also count the unscheduled
 ///   bytes of messages waiting for grants, which the paper never limited);
 /// - no FIFO grants and no FIFO picks in the pacer (the 2018 design is pure SRPT);
+/// - `max_nic_est_backlog_usecs` 0: a packet goes to the NIC only when the NIC is idle, as
+///   in the paper's simulator, so the sender's SRPT choice is made at the last moment;
 /// - `sched_levels` of the `priorities` levels for scheduled packets, the rest unscheduled
 ///   with cutoffs from [`cutoffs_for_workload`];
 /// - generous memory limits (`wmem_max`, `max_rx_bytes`, peers), as a simulation only
@@ -59,6 +61,9 @@ pub fn paper_config(
         max_overcommit: overcommit,
         grant_fifo_fraction: 0,
         pacer_fifo_fraction: 0,
+        // The paper's sender hands its NIC a packet only when the NIC is idle, so the SRPT
+        // choice is made at the last moment; the module's default lets 5 µs queue up.
+        max_nic_est_backlog_usecs: 0,
         num_priorities: priorities,
         wmem_max: 1 << 40,
         max_rx_bytes: 1 << 40,
@@ -106,6 +111,12 @@ pub fn data_wire_bytes(payload: u32, config: &Config) -> u32 {
 /// Bytes a GRANT occupies on the wire.
 pub fn grant_wire_bytes(config: &Config) -> u32 {
     wire::grant::HEADER_LEN as u32 + config.outer_header_bytes + ETH_OVERHEAD
+}
+
+/// NIC headroom for the control packets the core's pacer does not count: a GRANT for every
+/// full DATA packet received (see `Topology::nic_headroom`).
+pub fn control_headroom(config: &Config) -> f64 {
+    f64::from(grant_wire_bytes(config)) / f64::from(data_wire_bytes(config.max_payload(), config))
 }
 
 /// GRANTs a receiver sends for a message of `len` bytes when its packets arrive in order

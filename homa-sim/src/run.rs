@@ -65,9 +65,10 @@ impl SimConfig {
     /// overcommitment for the workload (4 for workloads it did not use), one-way messages.
     pub fn paper(workload: Workload, load: f64) -> SimConfig {
         let overcommit = protocol::paper_overcommit(workload.name()).unwrap_or(4);
-        let topology = Topology::paper();
+        let mut topology = Topology::paper();
         let mbps = (topology.host_bps / 1_000_000) as u32;
         let endpoint = protocol::paper_config(&workload, mbps, 8, overcommit, overcommit);
+        topology.nic_headroom = protocol::control_headroom(&endpoint);
         SimConfig {
             topology,
             workload,
@@ -303,15 +304,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
 
     // Idle-network time of every size, within a rack and across the spine.
     let ideal = |src: usize, dst: usize| -> Vec<f64> {
-        w.sizes()
-            .iter()
-            .map(|&s| {
-                let wire: Vec<u32> = protocol::data_packets(s, &cfg.endpoint, false)
-                    .map(|p| protocol::data_wire_bytes(p, &cfg.endpoint))
-                    .collect();
-                topo.idle_time(src, dst, &wire)
-            })
-            .collect()
+        w.sizes().iter().map(|&s| topo.idle_time(src, dst, &paced(s, &cfg.endpoint))).collect()
     };
     let ideal_local = ideal(0, 1);
     let ideal_remote =
@@ -506,6 +499,25 @@ fn share_cutoffs(net: &mut Network, driver: &mut Driver, hosts: usize, config: &
             }
         });
     }
+}
+
+/// A message's packets as the sender releases them on an idle host: (bytes on the wire,
+/// release time in ns). The pacer lets a packet go when its estimate of the NIC queue allows
+/// (`max_nic_est_backlog_usecs`, counting data at `link_mbps`); packets of a message with at
+/// most `defer_min_bytes` left go at once.
+fn paced(len: u64, config: &Config) -> Vec<(u32, f64)> {
+    let backlog = f64::from(config.max_nic_est_backlog_usecs) * 1e3;
+    let (mut idle, mut emitted, mut left) = (0.0f64, 0.0f64, len);
+    protocol::data_packets(len, config, false)
+        .map(|payload| {
+            let wire = protocol::data_wire_bytes(payload, config);
+            let ready = if left > u64::from(config.defer_min_bytes) { idle - backlog } else { 0.0 };
+            emitted = emitted.max(ready);
+            idle = idle.max(emitted) + f64::from(wire) * 8e3 / f64::from(config.link_mbps);
+            left -= u64::from(payload);
+            (wire, emitted)
+        })
+        .collect()
 }
 
 /// Does the hosts' deferred work: next chunks, and one-way aborts.
