@@ -88,6 +88,11 @@ pub struct Config {
     /// Control packets waiting for `poll_transmit`; further ones are dropped and counted.
     pub max_pending_control: u32,
 
+    /// The first id this endpoint gives a request (then +2 each). The module numbers RPCs
+    /// per host; several endpoints sharing one address toward the same servers (raw IP
+    /// sockets of one host) need disjoint ranges, e.g. a random even start each.
+    pub first_client_id: u64,
+
     /// Seed for hashing (the core never reads an RNG or the environment).
     pub seed: u64,
 }
@@ -122,6 +127,7 @@ impl Default for Config {
             max_rx_bytes: 1 << 30,
             max_gaps: 1024,
             max_pending_control: 65_536,
+            first_client_id: 2,
             seed: 0,
         }
     }
@@ -208,6 +214,11 @@ impl Config {
             "must hold at least one 1,000,000-byte message",
         )?;
         check(self.max_pending_control > 0, "max_pending_control", "must be positive")?;
+        check(
+            self.first_client_id != 0 && self.first_client_id.is_multiple_of(2),
+            "first_client_id",
+            "client ids are even and not 0",
+        )?;
         Ok(())
     }
 
@@ -300,6 +311,8 @@ mod tests {
         );
         assert_eq!(bad(Config { link_mbps: 0, ..Config::default() }), "link_mbps");
         assert_eq!(bad(Config { timeout_ticks: 5, ..Config::default() }), "timeout_ticks");
+        assert_eq!(bad(Config { first_client_id: 3, ..Config::default() }), "first_client_id");
+        assert_eq!(bad(Config { first_client_id: 0, ..Config::default() }), "first_client_id");
     }
 
     #[test]

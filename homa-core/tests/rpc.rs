@@ -74,3 +74,36 @@ fn discarded_requests_and_aborted_calls_leave_nothing() {
     assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
     assert_eq!(net.endpoint(hosts[1]).metrics().client_timeouts, 0);
 }
+
+#[test]
+fn late_timer_calls_still_resend() {
+    // A driver on a loaded machine runs timers late: every call after the first RESEND is
+    // due must still ask the silent server (RESEND(0, all) while awaiting the response).
+    let config = Config::default();
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    let port = ep.bind_ephemeral().unwrap();
+    let server = "198.18.0.2:4000".parse().unwrap();
+    ep.send_request(0, port, server, 1, vec![1; 100], 0).unwrap();
+    let mut buf = vec![0; config.max_packet_len()];
+    while ep.poll_transmit(0, &mut buf).is_some() {}
+    let mut resends = 0;
+    for k in 1..=4u64 {
+        let now = k * 7 * config.tick(); // 7 ticks apart, never on a planned tick
+        ep.handle_timeout(now);
+        while let Some(t) = ep.poll_transmit(now, &mut buf) {
+            assert_eq!(buf[11], homa_core::wire::PacketType::Resend.code());
+            assert_eq!(t.to, server);
+            resends += 1;
+        }
+    }
+    assert_eq!(resends, 4);
+}
+
+#[test]
+fn client_ids_start_where_configured() {
+    let mut ep = Endpoint::new(Config { first_client_id: 1 << 40, ..Config::default() }).unwrap();
+    let port = ep.bind_ephemeral().unwrap();
+    let dest = "198.18.0.2:4000".parse().unwrap();
+    assert_eq!(ep.send_request(0, port, dest, 1, vec![1], 0), Ok(1 << 40));
+    assert_eq!(ep.send_request(0, port, dest, 1, vec![1], 0), Ok((1 << 40) + 2));
+}
