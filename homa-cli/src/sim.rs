@@ -76,6 +76,9 @@ pub(crate) struct Args {
     /// Host delay from wire to transport, ns.
     #[arg(long, default_value_t = 500)]
     host_recv_delay_ns: u64,
+    /// Host NICs send in the order packets are handed to them (default: by priority).
+    #[arg(long)]
+    fifo_nic: bool,
     /// Extra NIC speed for the control packets the pacer does not count (0.06 = 6 %;
     /// default: one GRANT per full DATA packet).
     #[arg(long)]
@@ -137,6 +140,7 @@ impl Args {
         t.host_send_delay = self.host_send_delay_ns;
         t.host_recv_delay = self.host_recv_delay_ns;
         t.buffer_bytes = self.buffer_kb.map(|kb| kb * 1000);
+        t.nic_priority = !self.fifo_nic;
         let mbps = (t.host_bps / 1_000_000) as u32;
         let mut endpoint =
             paper_config(&cfg.workload, mbps, self.priorities, overcommit.clamp(1, 8), sched);

@@ -29,7 +29,12 @@ pub struct Topology {
     /// Bytes each packet occupies on a link beyond the Homa packet: IP header and Ethernet
     /// framing (header, FCS, preamble, inter-frame gap).
     pub wire_overhead: u32,
-    /// Host NICs run this much faster than `host_bps` (0.06 = 6 %), one FIFO queue each.
+    /// Host NICs serve their queue by priority, as the paper's sender picks the next packet
+    /// (control first, then by priority) when its NIC is free; `false` is one FIFO queue, as
+    /// most real NICs (the core emits control packets and messages of at most
+    /// `defer_min_bytes` without pacing, so they queue in the NIC in emission order).
+    pub nic_priority: bool,
+    /// Host NICs run this much faster than `host_bps` (0.06 = 6 %).
     /// The core's pacer releases data at `host_bps` but does not count the control packets
     /// (GRANTs) it emits, so on a NIC of exactly `host_bps` a host that sends and receives at
     /// once builds an ever longer NIC queue; the headroom carries those packets instead.
@@ -56,6 +61,7 @@ impl Topology {
             host_send_delay: 1000,
             host_recv_delay: 500,
             wire_overhead: 20 + homa_core::config::ETH_OVERHEAD,
+            nic_priority: true,
             nic_headroom: 0.0,
             buffer_bytes: None,
         }
@@ -220,8 +226,7 @@ impl Fabric {
             let tor = tors[r];
             let up_delay = topo.host_send_delay + d + sw;
             let up = link(&mut net, h, tor, topo.nic_bps(), up_delay, None);
-            // A NIC sends in the order it is handed packets; priorities are for switches.
-            net.link_mut(up).fifo = true;
+            net.link_mut(up).fifo = !topo.nic_priority;
             host_up.push(up);
             let down = d + topo.host_recv_delay;
             host_down.push(link(
