@@ -994,11 +994,14 @@ impl Endpoint {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
         let tick = self.tick();
-        let rpcs = &self.rpcs;
-        self.timers.sort_recent(tick, |due, r| {
-            rpcs.get(r).is_some_and(|x| x.timer.armed_tick == Some(due))
-        });
-        while let Some((due, r)) = self.timers.pop_due(tick) {
+        loop {
+            // Sorted again each time (O(1) unless something new is due): running one timer
+            // may arm another for this tick, which must run now, not at the next call.
+            let rpcs = &self.rpcs;
+            self.timers.sort_recent(tick, |due, r| {
+                rpcs.get(r).is_some_and(|x| x.timer.armed_tick == Some(due))
+            });
+            let Some((due, r)) = self.timers.pop_due(tick) else { break };
             let Some(x) = self.rpcs.get_mut(r) else { continue };
             if x.timer.armed_tick != Some(due) {
                 continue; // superseded by a later plan
