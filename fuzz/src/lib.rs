@@ -8,12 +8,26 @@
 
 use homa_core::wire;
 
+mod common;
+mod endpoint_packets;
+mod endpoint_pair;
+mod grant_model;
+
+pub use endpoint_packets::endpoint_packets;
+pub use endpoint_pair::endpoint_pair;
+pub use grant_model::grant_model;
+
 /// A target's body: called once per input, panics on a bug.
 pub type Target = fn(&[u8]);
 
 /// Every target: its name (the file `fuzz_targets/<name>.rs`, the folders
 /// `corpus/<name>/` and `regressions/<name>/`) and its body.
-pub const TARGETS: &[(&str, Target)] = &[("wire_decode", wire_decode)];
+pub const TARGETS: &[(&str, Target)] = &[
+    ("wire_decode", wire_decode),
+    ("endpoint_packets", endpoint_packets),
+    ("endpoint_pair", endpoint_pair),
+    ("grant_model", grant_model),
+];
 
 /// Decodes arbitrary bytes as a Homa packet. Parsing may fail but must not panic; a packet
 /// that parses must re-emit to exactly the bytes it was parsed from (the codec is faithful)
@@ -29,4 +43,8 @@ pub fn wire_decode(data: &[u8]) {
 }
 
 #[cfg(test)]
+mod encode;
+#[cfg(test)]
 mod replay;
+#[cfg(test)]
+mod seeds;

@@ -80,3 +80,43 @@ fn a_panicking_input_is_reported_not_skipped() {
     let failures = run_all(|_| panic!("found a bug"), std::slice::from_ref(&file));
     assert_eq!(failures, [file.display().to_string()]);
 }
+
+/// Runs one input and shows its panic message and backtrace:
+/// `FUZZ_TARGET=<target> FUZZ_INPUT=<file> cargo test --manifest-path fuzz/Cargo.toml --lib
+/// -- --ignored run_one --nocapture`.
+#[test]
+#[ignore = "needs FUZZ_TARGET and FUZZ_INPUT"]
+fn run_one() {
+    let name = std::env::var("FUZZ_TARGET").expect("FUZZ_TARGET names a target");
+    let file = std::env::var("FUZZ_INPUT").expect("FUZZ_INPUT names an input file");
+    let (_, target) = TARGETS.iter().find(|(n, _)| *n == name).expect("a target in TARGETS");
+    target(&fs::read(&file).unwrap_or_else(|e| panic!("reading {file}: {e}")));
+}
+
+/// Prints an input of a structured target as its setup and ops:
+/// `FUZZ_TARGET=<target> FUZZ_INPUT=<file> cargo test --manifest-path fuzz/Cargo.toml --lib
+/// -- --ignored describe --nocapture`.
+#[test]
+#[ignore = "needs FUZZ_TARGET and FUZZ_INPUT"]
+fn describe() {
+    use arbitrary::{Arbitrary, Unstructured};
+    use std::fmt::Debug;
+    fn show<'a, S: Arbitrary<'a> + Debug, O: Arbitrary<'a> + Debug>(data: &'a [u8]) {
+        let mut u = Unstructured::new(data);
+        println!("{:?}", S::arbitrary(&mut u));
+        while !u.is_empty() {
+            println!("{:?}", O::arbitrary(&mut u));
+        }
+    }
+    let name = std::env::var("FUZZ_TARGET").expect("FUZZ_TARGET names a target");
+    let file = std::env::var("FUZZ_INPUT").expect("FUZZ_INPUT names an input file");
+    let data = fs::read(&file).unwrap_or_else(|e| panic!("reading {file}: {e}"));
+    match name.as_str() {
+        "endpoint_packets" => {
+            show::<crate::endpoint_packets::Setup, crate::endpoint_packets::Op>(&data)
+        }
+        "endpoint_pair" => show::<crate::endpoint_pair::Setup, crate::endpoint_pair::Op>(&data),
+        "grant_model" => show::<crate::grant_model::Setup, crate::grant_model::Op>(&data),
+        other => panic!("{other} has no structured input"),
+    }
+}

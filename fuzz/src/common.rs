@@ -1,0 +1,353 @@
+//! What the endpoint targets share: addresses, message sizes and payloads, time steps, and
+//! [`Node`], an [`Endpoint`] driven by the crate's contract with every output checked.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use arbitrary::Arbitrary;
+use homa_core::time::{NANOS_PER_MSEC, NANOS_PER_USEC};
+use homa_core::wire::{self, Body, PacketType};
+use homa_core::{ApiError, Config, Endpoint, Event, Instant, Metrics};
+
+const fn v4(a: u8, b: u8, c: u8, d: u8, port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(a, b, c, d), port))
+}
+
+/// The peers a lone endpoint hears from: the two the conformance scenarios use first, a third
+/// host, a second port on the first host (a distinct peer), and an IPv6 host.
+pub(crate) const PEERS: [SocketAddr; 5] = [
+    v4(198, 18, 0, 2, 4000),
+    v4(198, 18, 0, 3, 4000),
+    v4(198, 18, 0, 4, 4000),
+    v4(198, 18, 0, 2, 4001),
+    SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2), 4000, 0, 0)),
+];
+
+/// The server port the targets bind.
+pub(crate) const SERVER_PORT: u16 = 99;
+
+/// `choices[x % len]`: index 0 of every choice list is the module's default.
+pub(crate) fn pick<T: Copy>(choices: &[T], x: u8) -> T {
+    choices[usize::from(x) % choices.len()]
+}
+
+/// A message of `len` bytes whose contents depend on `seed`, so a payload delivered to the
+/// wrong RPC, or with bytes misplaced, shows.
+pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    out.extend(
+        (0..len as u64)
+            .map(|i| (i.wrapping_mul(31) ^ seed.wrapping_mul(0x9E37_79B9)) as u8 ^ (i >> 8) as u8),
+    );
+    out
+}
+
+/// The length of a message handed to `send_request` / `send_response`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Arbitrary)]
+pub(crate) enum MsgLen {
+    /// `1 + n % 200,000` bytes.
+    Bytes(u32),
+    /// The largest message (1,000,000 bytes).
+    Max,
+    /// Invalid: empty.
+    Zero,
+    /// Invalid: one byte over the maximum.
+    TooLong,
+}
+
+impl MsgLen {
+    pub(crate) fn len(self) -> usize {
+        match self {
+            MsgLen::Bytes(n) => 1 + (n % 200_000) as usize,
+            MsgLen::Max => wire::MAX_MESSAGE_LENGTH as usize,
+            MsgLen::Zero => 0,
+            MsgLen::TooLong => wire::MAX_MESSAGE_LENGTH as usize + 1,
+        }
+    }
+
+    /// The same, for targets that only want valid lengths of at most 200,000 bytes.
+    pub(crate) fn valid_len(self) -> usize {
+        match self {
+            MsgLen::Bytes(n) => 1 + (n % 200_000) as usize,
+            MsgLen::Max | MsgLen::TooLong => 200_000,
+            MsgLen::Zero => 1,
+        }
+    }
+}
+
+/// How far the clock moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Arbitrary)]
+pub(crate) enum Step {
+    Nanos(u16),
+    Micros(u16),
+    /// Whole milliseconds (the default timer tick).
+    Millis(u8),
+}
+
+impl Step {
+    pub(crate) fn nanos(self) -> u64 {
+        match self {
+            Step::Nanos(n) => u64::from(n),
+            Step::Micros(n) => u64::from(n) * NANOS_PER_USEC,
+            Step::Millis(n) => u64::from(n) * NANOS_PER_MSEC,
+        }
+    }
+}
+
+/// A packet `poll_transmit` gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sent {
+    pub(crate) to: SocketAddr,
+    pub(crate) priority: u8,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Sent {
+    pub(crate) fn repr(&self) -> wire::Repr<'_> {
+        wire::Repr::parse(&self.bytes).expect("checked when drained")
+    }
+}
+
+/// What one input made the endpoint do.
+#[derive(Debug, Default)]
+pub(crate) struct Output {
+    pub(crate) packets: Vec<Sent>,
+    pub(crate) events: Vec<Event>,
+}
+
+impl Output {
+    fn append(&mut self, mut other: Output) {
+        self.packets.append(&mut other.packets);
+        self.events.append(&mut other.events);
+    }
+}
+
+/// An endpoint driven by the contract in `homa_core`'s crate docs, checking after every input:
+///
+/// - every packet `poll_transmit` gives fits in `max_packet_len`, parses, re-emits to exactly
+///   its length, is at a priority below `num_priorities`, and a DATA carries payload;
+/// - one drain gives at most `max_pending_control` control packets (`poll_transmit` never
+///   queues control packets, so they all waited in the bounded queue);
+/// - **deadlines**: if a drain right after an input gives a packet, `poll_timeout` read
+///   before it was at or before now; after `handle_timeout(now)` and a full drain,
+///   `poll_timeout` is `None` or later than now (nothing is left due: no stall, no busy loop);
+///   and before the deadline, `poll_transmit` gives nothing and `handle_timeout` is a no-op
+///   (no packet, no event), i.e. no work is ever due earlier than announced;
+/// - an API call that fails leaves the metrics and the RPC count as they were;
+/// - the metrics add up and stay within the `Config` limits (see [`Node::check_metrics`]).
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) ep: Endpoint,
+    /// The latest time handed in (the endpoint's clock never goes back).
+    pub(crate) clock: Instant,
+    buf: Vec<u8>,
+    /// `handle_packet` calls made.
+    handed: u64,
+    /// Inputs since the last drain (while a target holds output back).
+    pub(crate) held: bool,
+}
+
+impl Node {
+    pub(crate) fn new(config: Config) -> Node {
+        let buf = vec![0; config.max_packet_len()];
+        let ep = Endpoint::new(config).expect("targets build valid configs");
+        Node { ep, clock: 0, buf, handed: 0, held: false }
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        self.ep.config()
+    }
+
+    fn see(&mut self, now: Instant) {
+        self.clock = self.clock.max(now);
+    }
+
+    /// `handle_packet`, then the drain the contract asks for (unless `hold`).
+    pub(crate) fn packet(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        bytes: &[u8],
+        hold: bool,
+    ) -> (Result<(), wire::Error>, Output) {
+        self.see(now);
+        self.handed += 1;
+        let before = self.ep.metrics();
+        let result = self.ep.handle_packet(now, from, bytes);
+        if result.is_err() {
+            let after = self.ep.metrics();
+            assert_eq!(after.drops.malformed, before.drops.malformed + 1, "malformed, counted");
+            assert_eq!(
+                Metrics { packets_in: 0, drops: Default::default(), ..after },
+                Metrics { packets_in: 0, drops: Default::default(), ..before },
+                "a malformed packet changed more than its counters"
+            );
+        }
+        (result, self.after_input(hold))
+    }
+
+    /// An API call through `f`; on `Err` the endpoint must be unchanged.
+    pub(crate) fn api<T>(
+        &mut self,
+        now: Instant,
+        hold: bool,
+        f: impl FnOnce(&mut Endpoint, Instant) -> Result<T, ApiError>,
+    ) -> (Result<T, ApiError>, Output) {
+        self.see(now);
+        let (metrics, rpcs) = (self.ep.metrics(), self.ep.rpc_count());
+        let result = f(&mut self.ep, now);
+        if let Err(e) = &result {
+            assert_eq!(self.ep.metrics(), metrics, "failed API call ({e:?}) changed the metrics");
+            assert_eq!(self.ep.rpc_count(), rpcs, "failed API call ({e:?}) changed the RPCs");
+        }
+        (result, self.after_input(hold))
+    }
+
+    /// An input without a result (`handle_unreachable`, a spurious `handle_timeout`).
+    pub(crate) fn call(
+        &mut self,
+        now: Instant,
+        hold: bool,
+        f: impl FnOnce(&mut Endpoint, Instant),
+    ) -> Output {
+        self.see(now);
+        f(&mut self.ep, now);
+        self.after_input(hold)
+    }
+
+    /// The clock moves to `now`: first checks that nothing was due before the deadline the
+    /// endpoint announced, then runs the timers.
+    pub(crate) fn advance(&mut self, now: Instant) -> Output {
+        let mut out = Output::default();
+        if self.held {
+            out.append(self.settle());
+        }
+        let deadline = self.ep.poll_timeout();
+        if now > self.clock && deadline.is_none_or(|d| now < d) {
+            self.see(now);
+            if let Some(t) = self.ep.poll_transmit(now, &mut self.buf) {
+                panic!(
+                    "poll_transmit gave a packet ({t:?}) at {now}, before the deadline {deadline:?}"
+                );
+            }
+            self.ep.handle_timeout(now);
+            let early = self.drain();
+            assert!(
+                early.packets.is_empty() && early.events.is_empty(),
+                "handle_timeout at {now}, before the deadline {deadline:?}, did work: {early:?}"
+            );
+        }
+        self.see(now);
+        self.ep.handle_timeout(self.clock);
+        out.append(self.settle_after(true));
+        out
+    }
+
+    /// Jumps to the endpoint's deadline (if any) and runs it; returns whether there was one.
+    pub(crate) fn run_deadline(&mut self) -> Option<Output> {
+        let deadline = self.ep.poll_timeout()?;
+        Some(self.advance(deadline.max(self.clock)))
+    }
+
+    fn after_input(&mut self, hold: bool) -> Output {
+        if hold {
+            self.held = true;
+            self.check_metrics();
+            return Output::default();
+        }
+        self.settle()
+    }
+
+    /// Drains as the contract says, runs timer work that is due, and checks the deadlines.
+    pub(crate) fn settle(&mut self) -> Output {
+        self.settle_after(false)
+    }
+
+    /// `settle`, after an input that was itself `handle_timeout(clock)` if `timeout_ran`.
+    fn settle_after(&mut self, timeout_ran: bool) -> Output {
+        self.held = false;
+        let announced = self.ep.poll_timeout();
+        let mut out = self.drain();
+        if let Some(p) = out.packets.first() {
+            assert!(
+                announced.is_some_and(|d| d <= self.clock),
+                "a packet was ready at {} ({:?}) but poll_timeout said {announced:?}",
+                self.clock,
+                p.repr().packet_type()
+            );
+        }
+        if !timeout_ran && self.ep.poll_timeout().is_some_and(|d| d <= self.clock) {
+            self.ep.handle_timeout(self.clock);
+            out.append(self.drain());
+        }
+        let next = self.ep.poll_timeout();
+        assert!(
+            next.is_none_or(|d| d > self.clock),
+            "after handle_timeout({0}) and a full drain, poll_timeout is still {next:?} <= {0}",
+            self.clock
+        );
+        self.check_metrics();
+        out
+    }
+
+    /// `poll_transmit` until `None`, then `poll_event` until `None`, checking each packet.
+    fn drain(&mut self) -> Output {
+        let config = self.ep.config().clone();
+        let mut out = Output::default();
+        let mut control = 0u64;
+        while let Some(t) = self.ep.poll_transmit(self.clock, &mut self.buf) {
+            assert!(t.len <= config.max_packet_len(), "{t:?} longer than max_packet_len");
+            let bytes = &self.buf[..t.len];
+            let repr = wire::Repr::parse(bytes).unwrap_or_else(|e| {
+                panic!("poll_transmit gave an invalid packet ({e}): {bytes:02x?}")
+            });
+            assert_eq!(repr.buffer_len(), t.len, "trailing bytes after {:?}", repr.packet_type());
+            assert!(t.priority < config.num_priorities, "{t:?}: no such priority level");
+            match repr.body {
+                Body::Data { payload, .. } => assert!(!payload.is_empty(), "DATA without payload"),
+                _ => control += 1,
+            }
+            assert!(
+                control <= u64::from(config.max_pending_control),
+                "more than max_pending_control ({}) control packets in one drain",
+                config.max_pending_control
+            );
+            out.packets.push(Sent { to: t.to, priority: t.priority, bytes: bytes.to_vec() });
+            assert!(out.packets.len() < 1_000_000, "poll_transmit never stops");
+        }
+        while let Some(event) = self.ep.poll_event() {
+            out.events.push(event);
+        }
+        out
+    }
+
+    /// The metrics add up (every packet counted once: accepted, or dropped for one reason;
+    /// the valid ones once by type) and stay within the limits of the `Config`.
+    pub(crate) fn check_metrics(&self) {
+        let c = self.ep.config();
+        let m = self.ep.metrics();
+        assert_eq!(m.packets_in, self.handed, "packets_in counts every handle_packet");
+        assert_eq!(m.packets_in, m.accepted + m.drops.total(), "in = accepted + dropped: {m:?}");
+        let typed: u64 = m.packets_in_by_type.iter().sum();
+        assert_eq!(typed + m.drops.malformed, m.packets_in, "valid packets counted by type");
+        // A FREEZE is dropped as such, unless an earlier check (its port) drops it first.
+        let freezes = m.packets_in_by_type[usize::from(PacketType::Freeze.code() - 0x10)];
+        assert!(m.drops.freeze <= freezes, "more FREEZE drops than FREEZE packets");
+        assert!(m.rx_bytes <= c.max_rx_bytes, "rx_bytes {} > max_rx_bytes", m.rx_bytes);
+        assert!(m.tx_bytes <= c.wmem_max, "tx_bytes {} > wmem_max", m.tx_bytes);
+        assert!(m.peers <= u64::from(c.max_peers), "{} peers > max_peers", m.peers);
+        assert!(m.active_grants <= u64::from(c.max_overcommit), "active grants > max_overcommit");
+        assert!(m.active_grants <= m.grantable, "more active than grantable messages");
+        assert_eq!(m.rpcs, self.ep.rpc_count() as u64);
+    }
+
+    /// Nothing left: no RPC, no memory held for messages, nothing granted.
+    pub(crate) fn assert_empty(&self, who: &str) {
+        let m = self.ep.metrics();
+        assert_eq!(self.ep.rpc_count(), 0, "{who}: RPC state remains: {m:?}");
+        assert_eq!(
+            (m.rx_bytes, m.tx_bytes, m.incoming, m.grantable, m.active_grants),
+            (0, 0, 0, 0, 0),
+            "{who}: no RPC, yet message memory or grant state remains: {m:?}"
+        );
+    }
+}
