@@ -113,6 +113,24 @@ fn regressions() -> Vec<(String, Seed)> {
             Seed::Packets(DEFAULTS, vec![empty_first]),
         ),
         (
+            // Found by endpoint_packets: an ACK naming one of our client RPCs, from any
+            // address, freed it with no event (homa-core: dispatch).
+            "ack-ends-client-rpc".into(),
+            Seed::Packets(DEFAULTS, {
+                use ep::Op::*;
+                let acks = [AckSpec { id: Id::Ours(0), port: Port::Server }; 5];
+                let body = BodySpec::Ack { count: 0, acks };
+                vec![
+                    Request { to: 0, dport: Port::Server, len: MsgLen::Bytes(99), cookie: 1 },
+                    Packet {
+                        from: 2,
+                        packet: control(Id::Ours(0), Port::Server, Port::Ephemeral, body),
+                    },
+                    Abort { pick: 0 },
+                ]
+            }),
+        ),
+        (
             // Found by endpoint_pair in its first minute: a RESEND wake-up armed another for
             // its own tick, so poll_timeout said "now" right after handle_timeout
             // (homa-core: handle_timeout).

@@ -628,7 +628,9 @@ impl Endpoint {
             },
             Body::NeedAck => self.handle_need_ack(from, h, id, rpc),
             Body::Ack(a) => {
-                if let Some(r) = rpc {
+                // ACKs go from clients to servers: only a server RPC ends by one. (A client
+                // RPC ends with an event; an ACK naming one is bogus, from whoever sent it.)
+                if let Some(r) = rpc.filter(|_| server_side) {
                     self.end_rpc(r);
                 }
                 for ack in a.acks() {
