@@ -124,7 +124,8 @@ impl Output {
 /// An endpoint driven by the contract in `homa_core`'s crate docs, checking after every input:
 ///
 /// - every packet `poll_transmit` gives fits in `max_packet_len`, parses, re-emits to exactly
-///   its length, is at a priority below `num_priorities`, and a DATA carries payload;
+///   its length, is at a level below 8 (control packets at the top configured level; DATA at
+///   the level the receiver asked for, unclipped, as in the module), and a DATA has payload;
 /// - one drain gives at most `max_pending_control` control packets (`poll_transmit` never
 ///   queues control packets, so they all waited in the bounded queue);
 /// - **deadlines**: if a drain right after an input gives a packet, `poll_timeout` read
@@ -250,9 +251,15 @@ impl Node {
 
     fn after_input(&mut self, hold: bool) -> Output {
         if hold {
+            // Packets wait; events are still taken (the application keeps up with which RPCs
+            // ended, e.g. before it aborts one).
             self.held = true;
             self.check_metrics();
-            return Output::default();
+            let mut out = Output::default();
+            while let Some(event) = self.ep.poll_event() {
+                out.events.push(event);
+            }
+            return out;
         }
         self.settle()
     }
@@ -301,7 +308,13 @@ impl Node {
                 panic!("poll_transmit gave an invalid packet ({e}): {bytes:02x?}")
             });
             assert_eq!(repr.buffer_len(), t.len, "trailing bytes after {:?}", repr.packet_type());
-            assert!(t.priority < config.num_priorities, "{t:?}: no such priority level");
+            // Control packets go at our top level; DATA at the level the receiver asked for
+            // in GRANT or RESEND (as in the module, a sender does not clip it to its own
+            // `num_priorities`), so only the wire's range applies.
+            assert!(t.priority < wire::MAX_PRIORITIES, "{t:?}: no such priority level");
+            if !matches!(repr.body, Body::Data { .. }) {
+                assert_eq!(t.priority, config.num_priorities - 1, "{t:?}: control packet level");
+            }
             match repr.body {
                 Body::Data { payload, .. } => assert!(!payload.is_empty(), "DATA without payload"),
                 _ => control += 1,

@@ -103,7 +103,8 @@ pub(crate) enum Op {
     /// Later inputs carry a time this many µs before the latest one (the endpoint must treat
     /// it as the latest).
     Rewind(u16),
-    /// Stop draining after inputs (output accumulates, control packets hit their limit).
+    /// Stop draining packets after inputs (they accumulate: control packets hit their
+    /// limit); events are still taken.
     Hold,
     /// Drain again.
     Release,
