@@ -123,10 +123,8 @@ impl Workload {
         let name = std::path::Path::new(name_or_path)
             .file_stem()
             .map_or(name_or_path.into(), |s| s.to_string_lossy().into_owned());
-        Workload::parse(&name, &text).map_err(|e| WorkloadError {
-            line: e.line,
-            reason: format!("{name_or_path}: {}", e.reason),
-        })
+        Workload::parse(&name, &text)
+            .map_err(|e| WorkloadError { line: None, reason: format!("{name_or_path}: {e}") })
     }
 
     pub fn name(&self) -> &str {

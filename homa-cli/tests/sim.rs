@@ -1,0 +1,49 @@
+//! `homa sim` end to end on a small fabric.
+
+mod common;
+
+use common::homa;
+
+const SMALL: [&str; 10] =
+    ["sim", "--hosts", "16", "--hosts-per-rack", "8", "--spines", "2", "--messages", "300", "-q"];
+
+#[test]
+fn writes_a_table_json_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    let svg = dir.path().join("out.svg");
+    let mut args = SMALL.to_vec();
+    args.extend(["--workload", "w1", "--load", "0.5", "--json", json.to_str().unwrap()]);
+    args.extend(["--plot", svg.to_str().unwrap()]);
+    let run = homa(&args, "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("short messages"), "{}", run.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["measured"]["completed"], 300);
+    assert_eq!(report["protocol"]["overcommit"], 1);
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // Same seed, same JSON.
+    let json2 = dir.path().join("again.json");
+    let mut again = SMALL.to_vec();
+    again.extend(["--workload", "w1", "--load", "0.5", "--json", json2.to_str().unwrap()]);
+    assert_eq!(homa(&again, "").code, 0);
+    assert_eq!(std::fs::read(&json).unwrap(), std::fs::read(&json2).unwrap());
+}
+
+#[test]
+fn bad_workload_files_are_input_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdf = dir.path().join("bad.txt");
+    std::fs::write(&cdf, "100 0.5\n50 1\n").unwrap();
+    let mut args = SMALL.to_vec();
+    args.extend(["--workload", cdf.to_str().unwrap()]);
+    let run = homa(&args, "");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("line 2: size 50 does not increase"), "{}", run.stderr);
+    let mut missing = SMALL.to_vec();
+    missing.extend(["--workload", "no-such-file.txt"]);
+    let run = homa(&missing, "");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("neither a built-in workload"), "{}", run.stderr);
+}
