@@ -1,5 +1,6 @@
 //! `homa sim` end to end on a small fabric.
 
+#[allow(dead_code)] // the shared helpers include some this file does not need
 mod common;
 
 use common::homa;
