@@ -905,9 +905,14 @@ impl Endpoint {
             self.push_control(reply(ControlBody::RpcUnknown));
             return true;
         };
-        // The peer is alive and waiting on us (the module does not count this; we do, so a
-        // server waiting for grants does not time out while its client asks for data).
-        self.reset_silence(r);
+        // A peer asking for our message is alive and waiting on us: while we send it (or wait
+        // for grants to), its RESENDs count as hearing from it (the module does not count
+        // them; we do, so a server waiting for grants does not time out while its client asks
+        // for data). Not while we receive: then only the data we asked for does, or two sides
+        // each waiting on the other (RESEND one way, BUSY back) would keep each other alive.
+        if self.rpcs.get(r).is_some_and(|x| x.state == State::Outgoing) {
+            self.reset_silence(r);
+        }
         let Some(x) = self.rpcs.get_mut(r) else { return true };
         let sending = x.is_client() || x.state == State::Outgoing;
         let Some(m) = x.msgout.as_mut().filter(|_| sending) else {

@@ -1,0 +1,58 @@
+//! A server receiving a request times out when the data it asks for never comes, even while
+//! the client keeps asking for the response.
+
+use std::net::SocketAddr;
+
+use homa_core::wire::{self, Ack, Body, PacketType, data, header, resend};
+use homa_core::{Config, Endpoint};
+
+fn packet(h: header::Repr, body: Body<'_>) -> Vec<u8> {
+    let p = wire::Repr { header: h, body };
+    let mut bytes = vec![0; p.buffer_len()];
+    p.emit(&mut bytes).unwrap();
+    bytes
+}
+
+/// Found by the `endpoint_pair` fuzz target (fuzz/regressions/endpoint_pair/
+/// resend-busy-livelock): a request's first packet arrived with a damaged source port, so the
+/// server's GRANTs and RESENDs went to a port the client does not use. The client, having
+/// sent what it could, asked for the response with RESENDs; the server answered BUSY. Each
+/// side took the other's packets as signs of life (the server counted the client's RESENDs
+/// while still receiving), so neither ever timed out and the RPC never ended.
+#[test]
+fn a_receiving_server_is_not_kept_alive_by_the_clients_resends() {
+    let config = Config { timeout_ticks: 10, ..Config::default() };
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    ep.bind(99).unwrap();
+    let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    let mut h = header::Repr::new(PacketType::Data, 40_000, 99, 100);
+    let first = data::Repr {
+        message_length: 200_000,
+        incoming: 40_000,
+        ack: Ack::NONE,
+        cutoff_version: config.cutoff_version,
+        retransmit: 0,
+        pad: [0; 3],
+        seg_offset: 0,
+    };
+    h.sequence = 0;
+    ep.handle_packet(0, client, &packet(h, Body::Data { repr: first, payload: &[1; 1424] }))
+        .unwrap();
+    let ask = header::Repr::new(PacketType::Resend, 40_000, 99, 100);
+    let all = resend::Repr { offset: 0, length: resend::ALL_SENT, priority: 7 };
+    let mut buf = vec![0; config.max_packet_len()];
+    let tick = config.tick();
+    for t in 0..50 {
+        let now = t * tick + tick / 2;
+        // The client, waiting for its response, asks every tick; nothing else arrives.
+        ep.handle_packet(now, client, &packet(ask, Body::Resend(all))).unwrap();
+        ep.handle_timeout(now);
+        while ep.poll_transmit(now, &mut buf).is_some() {}
+        if ep.rpc_count() == 0 {
+            assert_eq!(ep.metrics().server_timeouts, 1);
+            assert!(t >= 10, "timed out after {t} ticks, before timeout_ticks");
+            return;
+        }
+    }
+    panic!("the server RPC never timed out: {:?}", ep.metrics());
+}
