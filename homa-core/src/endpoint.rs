@@ -934,7 +934,10 @@ impl Endpoint {
         if grant_lost {
             m.grant(end);
         }
-        if rs.offset >= tx_end {
+        // Nothing of the range sent yet: BUSY keeps the asker waiting. Not for a range past the
+        // end of the message, which never comes (the asker has another idea of the message,
+        // e.g. a damaged length): it must time out, not be kept waiting for ever.
+        if rs.offset >= tx_end && rs.offset < m.length {
             self.push_control(reply(ControlBody::Busy));
         }
         if grant_lost {

@@ -56,3 +56,36 @@ fn a_receiving_server_is_not_kept_alive_by_the_clients_resends() {
     }
     panic!("the server RPC never timed out: {:?}", ep.metrics());
 }
+
+/// Found by the `endpoint_pair` fuzz target (fuzz/regressions/endpoint_pair/
+/// busy-for-bytes-past-the-end): a request's DATA arrived with a damaged message length, so
+/// the server asked for bytes past the message's real end. The client answered BUSY (nothing
+/// of the range sent yet), which kept the server waiting for ever. A RESEND for bytes past
+/// the end gets no answer now, so the asker times out.
+#[test]
+fn a_resend_past_the_end_of_the_message_draws_no_busy() {
+    let config = Config::default();
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    let port = ep.bind_ephemeral().unwrap();
+    let server: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    let id = ep.send_request(0, port, server, 99, vec![1, 2, 3], 0).unwrap();
+    let mut buf = vec![0; config.max_packet_len()];
+    while ep.poll_transmit(0, &mut buf).is_some() {}
+    let sent = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
+        let mut types = Vec::new();
+        while let Some(t) = ep.poll_transmit(1000, buf) {
+            types.push(wire::Repr::parse(&buf[..t.len]).unwrap().packet_type());
+        }
+        types
+    };
+    let h = header::Repr::new(PacketType::Resend, 99, port, wire::local_id(id));
+    for (offset, length, answer) in [
+        (3, 1280, vec![]),                // past the end: nothing
+        (1000, resend::ALL_SENT, vec![]), // past the end: nothing
+        (0, 2, vec![PacketType::Data]),   // sent bytes: sent again
+    ] {
+        let rs = resend::Repr { offset, length, priority: 7 };
+        ep.handle_packet(1000, server, &packet(h, Body::Resend(rs))).unwrap();
+        assert_eq!(sent(&mut ep, &mut buf), answer, "RESEND({offset}, {length})");
+    }
+}
