@@ -131,6 +131,35 @@ fn regressions() -> Vec<(String, Seed)> {
             }),
         ),
         (
+            // Found by endpoint_pair: a request's first DATA with a damaged source port; the
+            // server's RESENDs went nowhere, the client's RESENDs (answered BUSY) kept the
+            // receiving server alive, and neither side ever timed out (homa-core:
+            // handle_resend).
+            "resend-busy-livelock".into(),
+            Seed::Pair(pair::Setup { timers: 2, ..pair_setup(false) }, {
+                use pair::Op::*;
+                let flip = pair::Corruption::Flip { at: 0, xor: 171 };
+                vec![
+                    Call { len: MsgLen::Bytes(199_999), cookie: 1 },
+                    Corrupt { dir: pair::Dir::ToServer, pick: 0, how: flip },
+                ]
+            }),
+        ),
+        (
+            // Found by endpoint_pair: a request's DATA with a damaged message length; the
+            // server asked for bytes past the message's end, the client answered BUSY, and
+            // the two kept each other alive for ever (homa-core: handle_resend).
+            "busy-for-bytes-past-the-end".into(),
+            Seed::Pair(pair::Setup { max_overcommit: 1, timers: 1, ..pair_setup(false) }, {
+                use pair::Op::*;
+                let flip = pair::Corruption::Flip { at: 30, xor: 5 };
+                vec![
+                    Call { len: MsgLen::Bytes(2), cookie: 1 },
+                    Corrupt { dir: pair::Dir::ToServer, pick: 0, how: flip },
+                ]
+            }),
+        ),
+        (
             // Found by endpoint_pair in its first minute: a RESEND wake-up armed another for
             // its own tick, so poll_timeout said "now" right after handle_timeout
             // (homa-core: handle_timeout).
