@@ -1,0 +1,81 @@
+"""Homa, the receiver-driven datacenter transport, for Python.
+
+- asyncio: ``sock = await homa.open(port)``; ``await sock.call(addr, data)``;
+  ``async for req in sock.requests(): await req.reply(data)`` (:mod:`homa.aio`).
+- Blocking, for threads and scripts: ``homa.Socket(port)``, ``.call``, ``.recv_request``,
+  ``req.reply`` (the GIL is released while waiting).
+- Sans-IO: :class:`Endpoint` is the protocol engine itself; feed it packets and time, take
+  packets, events and deadlines out.
+- :mod:`homa.wire` decodes and encodes packets; :func:`cutoffs_for_workload` computes
+  priority cutoffs from a message-size distribution.
+
+Messages are 1..1,000,000 bytes; sends take any bytes-like object without copying it;
+received messages are ``bytes``. Errors are :class:`HomaError` subclasses (see
+:mod:`homa._errors`)."""
+
+from __future__ import annotations
+
+from . import wire
+from ._errors import (
+    AbortedError,
+    ConfigError,
+    HomaError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    MissingCapabilityError,
+    PeerUnknownError,
+    PortInUseError,
+    ResourceLimitError,
+    ShutdownError,
+    TimeoutError,
+    WireError,
+)
+from ._native import (
+    CONFIG_FIELDS,
+    MAX_MESSAGE_LENGTH,
+    MIN_EPHEMERAL_PORT,
+    Endpoint,
+    Replied,
+    Request,
+    RequestReceived,
+    ResponseReceived,
+    RpcFailed,
+    ServerRpc,
+    Socket,
+    Transmit,
+    cutoffs_for_workload,
+)
+from .aio import AsyncSocket, open
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CONFIG_FIELDS",
+    "MAX_MESSAGE_LENGTH",
+    "MIN_EPHEMERAL_PORT",
+    "AbortedError",
+    "AsyncSocket",
+    "ConfigError",
+    "Endpoint",
+    "HomaError",
+    "InvalidArgumentError",
+    "MessageTooLargeError",
+    "MissingCapabilityError",
+    "PeerUnknownError",
+    "PortInUseError",
+    "Replied",
+    "Request",
+    "RequestReceived",
+    "ResponseReceived",
+    "ResourceLimitError",
+    "RpcFailed",
+    "ServerRpc",
+    "ShutdownError",
+    "Socket",
+    "TimeoutError",
+    "Transmit",
+    "WireError",
+    "cutoffs_for_workload",
+    "open",
+    "wire",
+]

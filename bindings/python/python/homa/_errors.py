@@ -1,0 +1,107 @@
+"""The exceptions homa raises. Every one is a :class:`HomaError`; several also derive from
+the builtin exception Python code already catches for the same situation (``TimeoutError``,
+``ConnectionError``, ``ValueError``, ``OSError``, ``PermissionError``)."""
+
+from __future__ import annotations
+
+import builtins
+
+__all__ = [
+    "AbortedError",
+    "ConfigError",
+    "HomaError",
+    "InvalidArgumentError",
+    "MessageTooLargeError",
+    "MissingCapabilityError",
+    "PeerUnknownError",
+    "PortInUseError",
+    "ResourceLimitError",
+    "ShutdownError",
+    "TimeoutError",
+    "WireError",
+]
+
+
+class HomaError(Exception):
+    """Base class of every homa error. ``kind`` is a stable snake-case name for the error
+    (the core's names, e.g. ``"port_in_use"``, ``"unknown_rpc"``, ``"timeout"``)."""
+
+    kind: str = "homa"
+
+
+class TimeoutError(HomaError, builtins.TimeoutError):
+    """The call's deadline passed, or the peer went silent for Homa's own timeout
+    (``timeout_ticks``, 100 ms by default). Also a builtin ``TimeoutError``, which on
+    Python 3.11+ is ``asyncio.TimeoutError`` too."""
+
+    kind = "timeout"
+
+
+class PeerUnknownError(HomaError, ConnectionError):
+    """The peer is unreachable (an ICMP error: no one listens on that port, or no route), or
+    the endpoint has no RPC with that id (``kind`` tells which: ``"unreachable"`` or
+    ``"unknown_rpc"``)."""
+
+    kind = "unreachable"
+
+
+class InvalidArgumentError(HomaError, ValueError):
+    """An argument the endpoint refuses: a bad port (``invalid_port``), an unbound port
+    (``port_not_bound``), an empty message (``message_length``), an address of the wrong
+    family (``address_family``), a request that is not awaiting a response
+    (``not_awaiting_response``)."""
+
+    kind = "invalid_argument"
+
+
+class MessageTooLargeError(InvalidArgumentError):
+    """A message longer than Homa's limit of 1,000,000 bytes."""
+
+    kind = "message_length"
+
+
+class PortInUseError(HomaError, OSError):
+    """The port is already bound (by this endpoint, or by another socket)."""
+
+    kind = "port_in_use"
+
+
+class ConfigError(HomaError, ValueError):
+    """A configuration value is out of range. ``field`` names it (the core's name)."""
+
+    kind = "config"
+    field: str = ""
+
+
+class ResourceLimitError(HomaError):
+    """A limit of the endpoint is reached: ``tx_buffer_full`` (``wmem_max`` bytes of
+    outgoing messages), ``too_many_peers`` (``max_peers``), ``no_ephemeral_port``. Retry once
+    some calls complete."""
+
+    kind = "tx_buffer_full"
+
+
+class AbortedError(HomaError):
+    """The call was aborted."""
+
+    kind = "aborted"
+
+
+class ShutdownError(HomaError):
+    """The socket is closed (before or while the operation ran)."""
+
+    kind = "shutdown"
+
+
+class MissingCapabilityError(HomaError, PermissionError):
+    """The transport needs a privilege the process lacks (raw IP needs CAP_NET_RAW)."""
+
+    kind = "missing_capability"
+
+
+class WireError(HomaError, ValueError):
+    """Bytes that are not a valid Homa packet. ``kind`` is the conformance suite's error
+    class: ``truncated``, ``unknown_type``, ``too_many_acks``, ``bad_message_length``,
+    ``past_message_end``, ``bad_priority``."""
+
+    kind = "truncated"

@@ -1,0 +1,116 @@
+//! Messages to send, taken from any object with the buffer protocol without copying.
+//!
+//! A C-contiguous buffer (bytes, bytearray, memoryview, array.array, a contiguous numpy
+//! array) is exported once with `PyObject_GetBuffer` and the export is kept alive inside a
+//! [`Payload::shared`] until homa is done with the bytes (the response arrived, or the
+//! server's response was acknowledged). A non-contiguous buffer is copied once.
+//!
+//! Releasing an export needs the GIL, but the last owner of a payload is often a homa-io
+//! driver thread, which must never wait for the GIL (a Python thread holding the GIL may be
+//! waiting for the endpoint lock that thread holds). So a view dropped without the GIL goes
+//! to a queue, released by the next call into this module that holds the GIL.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use homa_core::Payload;
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// A buffer export: the bytes at `buf..buf+len`, valid until released.
+struct View(Box<ffi::Py_buffer>);
+
+// SAFETY: the exported memory stays valid and unmoved until `PyBuffer_Release`; we only read
+// it. The view is released with the GIL held (`release` or `release_pending`).
+unsafe impl Send for View {}
+// SAFETY: as above; shared access is read-only.
+unsafe impl Sync for View {}
+
+/// Views dropped by threads without the GIL, waiting for someone who has it.
+static PENDING: Mutex<Vec<View>> = Mutex::new(Vec::new());
+static ANY_PENDING: AtomicBool = AtomicBool::new(false);
+
+impl View {
+    fn bytes(&self) -> &[u8] {
+        if self.0.len <= 0 || self.0.buf.is_null() {
+            return &[];
+        }
+        // SAFETY: the export guarantees `len` readable bytes at `buf` while it is held.
+        unsafe { std::slice::from_raw_parts(self.0.buf as *const u8, self.0.len as usize) }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: PyGILState_Check may be called without the GIL.
+        if unsafe { ffi::PyGILState_Check() } == 1 {
+            // SAFETY: we hold the GIL; the view is a live export.
+            unsafe { ffi::PyBuffer_Release(&mut *self.0) };
+            return;
+        }
+        let view = View(std::mem::replace(&mut self.0, Box::new(empty_view())));
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        pending.push(view);
+        ANY_PENDING.store(true, Ordering::Release);
+        // The empty view left behind has obj == NULL: releasing it is a no-op.
+    }
+}
+
+fn empty_view() -> ffi::Py_buffer {
+    // SAFETY: Py_buffer is a plain C struct; all-zero is its "no export" state.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Releases the views other threads dropped. Cheap when there are none.
+pub(crate) fn release_pending(_py: Python<'_>) {
+    if !ANY_PENDING.load(Ordering::Acquire) {
+        return;
+    }
+    let views = {
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        ANY_PENDING.store(false, Ordering::Release);
+        std::mem::take(&mut *pending)
+    };
+    // Dropped with the GIL held (the `Python` token proves it): each is released now.
+    drop(views);
+}
+
+/// The payload for a message in `obj`: zero-copy for contiguous buffers, one copy otherwise.
+/// Anything without the buffer protocol (str, int, list, ...) is a `TypeError`.
+pub(crate) fn payload(obj: &Bound<'_, PyAny>) -> PyResult<Payload> {
+    release_pending(obj.py());
+    let mut raw = Box::new(empty_view());
+    // SAFETY: obj is a live object; raw is writable storage for one Py_buffer.
+    let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *raw, ffi::PyBUF_SIMPLE) };
+    if rc == 0 {
+        return Ok(Payload::shared(std::sync::Arc::new(Shared(View(raw)))));
+    }
+    let err = PyErr::fetch(obj.py());
+    if has_buffer(obj) {
+        // A strided buffer (e.g. a numpy slice): copy it into contiguous bytes.
+        let copy = obj.py().import("builtins")?.getattr("memoryview")?.call1((obj,))?;
+        let bytes = copy.call_method0("tobytes")?;
+        let bytes = bytes.cast::<pyo3::types::PyBytes>()?;
+        return Ok(Payload::from(bytes.as_bytes().to_vec()));
+    }
+    drop(err);
+    Err(PyTypeError::new_err(format!(
+        "a message must be a bytes-like object (bytes, bytearray, memoryview, numpy array...), not {}",
+        obj.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+    )))
+}
+
+fn has_buffer(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: a type check on a live object.
+    unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) == 1 }
+}
+
+/// The export as the core's shared payload.
+struct Shared(View);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}

@@ -1,0 +1,649 @@
+//! `homa.Socket` (blocking, GIL released while waiting) and the pieces the asyncio layer
+//! (`homa.aio`, in Python) is built from: a [`Reactor`] that turns homa-io's futures into
+//! asyncio futures, resolved when an eventfd the event loop watches becomes readable.
+//!
+//! How an asyncio call completes: `call_async` starts the RPC (its packets are sent from
+//! the calling thread) and parks homa-io's `Call` future in the reactor with a waker of
+//! our own. When the response arrives, a homa-io driver thread wakes that waker: it pushes
+//! the call's token on the reactor's ready list and, if the list was empty, writes the
+//! eventfd. The event loop, which watches the eventfd with `add_reader`, calls
+//! [`Reactor::dispatch`], which polls each ready future once and sets the asyncio future's
+//! result. No thread but the loop's touches Python objects; homa-io's threads never take
+//! the GIL, so they can never deadlock with a Python thread waiting for the endpoint lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use homa_io::{Cidr, TransportKind};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyTuple};
+use serde_json::json;
+
+use crate::buffer;
+use crate::convert::{self, addr, addr_to_py, int};
+use crate::errors;
+
+/// How long a blocking `recv_request` waits at a time before checking for signals
+/// (Ctrl-C), so a server loop can be interrupted.
+const SIGNAL_CHECK: Duration = Duration::from_millis(200);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A timeout in seconds (int or float, >= 0) or None.
+fn timeout(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    if !(obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>())
+        || obj.is_instance_of::<pyo3::types::PyBool>()
+    {
+        return Err(PyTypeError::new_err(format!(
+            "timeout must be a number of seconds or None, not {}",
+            obj.get_type().name()?
+        )));
+    }
+    let secs: f64 = obj.extract()?;
+    Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
+        PyValueError::new_err(format!(
+            "timeout must be a finite number of seconds >= 0, not {secs}"
+        ))
+    })
+}
+
+/// A Homa socket on a real network (homa-io): one endpoint, run by its own driver thread,
+/// over UDP (default), raw IP protocol 146 (``transport="ip"``, needs CAP_NET_RAW) or
+/// io_uring (``"uring"``, ``"uring-ip"``).
+///
+/// ``port`` given: a server on Homa port ``port`` (1..32767) of ``host``, which can also
+/// make calls. ``port=None``: a client with an ephemeral port. Keyword arguments set
+/// ``Config`` fields by the module's tunable names; ``busy_poll`` (seconds) makes waiting
+/// threads spin before sleeping; ``allow`` is a list of CIDR prefixes to accept packets from.
+///
+/// Blocking methods release the GIL while they wait. Use it as a context manager, or call
+/// :meth:`close`.
+#[pyclass(module = "homa._native", frozen)]
+#[derive(Debug)]
+pub(crate) struct Socket {
+    inner: Arc<homa_io::Socket>,
+    closed: AtomicBool,
+}
+
+impl Socket {
+    fn open(&self, py: Python<'_>) -> PyResult<&Arc<homa_io::Socket>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(errors::closed(py));
+        }
+        Ok(&self.inner)
+    }
+}
+
+#[pymethods]
+impl Socket {
+    #[new]
+    #[pyo3(signature = (port = None, host = "0.0.0.0", transport = "udp", *, busy_poll = None, allow = None, **config))]
+    fn new(
+        py: Python<'_>,
+        port: Option<&Bound<'_, PyAny>>,
+        host: &str,
+        transport: &str,
+        busy_poll: Option<&Bound<'_, PyAny>>,
+        allow: Option<Vec<String>>,
+        config: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let ip: std::net::IpAddr = host.parse().map_err(|_| {
+            PyValueError::new_err(format!(
+                "host {host:?} is not an IP address literal (homa does not resolve names)"
+            ))
+        })?;
+        let kind: TransportKind =
+            transport.parse().map_err(|e| PyValueError::new_err(format!("{e}")))?;
+        let mut c = homa_io::Config::default();
+        convert::apply_config(py, &mut c, config, &[])?;
+        let mut builder = homa_io::Socket::builder().transport(kind).config(c);
+        if let Some(spin) = timeout(busy_poll)? {
+            builder = builder.busy_poll(spin);
+        }
+        if let Some(nets) = allow {
+            let cidrs = nets
+                .iter()
+                .map(|n| {
+                    n.parse::<Cidr>().map_err(|e| PyValueError::new_err(format!("allow: {e}")))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            builder = builder.allow(cidrs);
+        }
+        let port: Option<u16> =
+            port.filter(|p| !p.is_none()).map(|p| int(p, "port")).transpose()?;
+        let opened = py.detach(|| match port {
+            Some(port) => builder.bind(std::net::SocketAddr::new(ip, port)),
+            None => builder.client(ip),
+        });
+        let inner = opened.map_err(|e| errors::io(py, e))?;
+        Ok(Socket { inner: Arc::new(inner), closed: AtomicBool::new(false) })
+    }
+
+    /// Where peers reach this socket, ``(host, port)``.
+    #[getter]
+    fn local_addr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        addr_to_py(py, self.inner.local_addr())
+    }
+
+    /// The Homa port: the server port, or the client's ephemeral port.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.inner.port()
+    }
+
+    /// The transport in use (``"udp"``, ``"ip"``, ``"uring"``, ``"uring-ip"``), after any
+    /// io_uring fallback.
+    #[getter]
+    fn transport(&self) -> &'static str {
+        self.inner.transport().name()
+    }
+
+    /// Whether :meth:`close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends ``message`` (any bytes-like object, not copied) to the Homa server at ``dest``
+    /// and blocks, without the GIL, until the response arrives; returns it as bytes.
+    /// ``timeout`` (seconds) bounds the whole call; without it a silent server still fails
+    /// the call after Homa's timeout (``timeout_ticks``).
+    #[pyo3(signature = (dest, message, timeout = None))]
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        dest: &Bound<'py, PyAny>,
+        message: &Bound<'py, PyAny>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let sock = Arc::clone(self.open(py)?);
+        let dest = addr(dest, "dest")?;
+        let deadline = self::timeout(timeout)?;
+        let payload = buffer::payload(message)?;
+        let result = py.detach(move || sock.call(dest, payload, deadline));
+        buffer::release_pending(py);
+        let response = result.map_err(|e| errors::io(py, e))?;
+        Ok(PyBytes::new(py, &response))
+    }
+
+    /// Blocks, without the GIL, until a request arrives; returns it as a :class:`Request`.
+    /// ``timeout`` (seconds) raises ``homa.TimeoutError`` when it passes. Signals (Ctrl-C)
+    /// are handled while waiting.
+    #[pyo3(signature = (timeout = None))]
+    fn recv_request(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Request> {
+        let limit = self::timeout(timeout)?;
+        let start = std::time::Instant::now();
+        loop {
+            let sock = Arc::clone(self.open(py)?);
+            let left = limit.map(|l| l.saturating_sub(start.elapsed()));
+            let wait = left.map_or(SIGNAL_CHECK, |l| l.min(SIGNAL_CHECK));
+            match py.detach(move || sock.recv_request_timeout(wait)) {
+                Ok(r) => return Request::new(py, r, self.inner.transport().is_ip()),
+                Err(homa_io::Error::TimedOut) => {
+                    if left.is_some_and(|l| l <= wait) {
+                        return Err(errors::io(py, homa_io::Error::TimedOut));
+                    }
+                    py.check_signals()?;
+                }
+                Err(e) => return Err(errors::io(py, e)),
+            }
+        }
+    }
+
+    /// Counters: ``core`` (the endpoint's, as :meth:`Endpoint.metrics`), ``transport``
+    /// (datagrams and system calls), ``dropped_by_allow_list``, ``wakeups`` (of the driver
+    /// thread), ``pending_calls``, ``queued_requests``.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let m = self.inner.metrics();
+        let t = m.transport;
+        let v = json!({
+            "core": conformance::scenarios::metrics_json(&m.core),
+            "transport": {
+                "tx_datagrams": t.tx_datagrams, "tx_calls": t.tx_calls,
+                "tx_dropped": t.tx_dropped, "rx_datagrams": t.rx_datagrams,
+                "rx_calls": t.rx_calls, "rx_dropped": t.rx_dropped,
+                "unreachable": t.unreachable,
+            },
+            "dropped_by_allow_list": m.dropped_by_allow_list,
+            "wakeups": m.wakeups,
+            "pending_calls": m.pending_calls,
+            "queued_requests": m.queued_requests,
+        });
+        convert::json_to_py(py, &v)
+    }
+
+    /// Closes the socket: pending calls fail with ``ShutdownError``, blocked receivers
+    /// return it, the driver thread is joined. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::Release);
+        let sock = Arc::clone(&self.inner);
+        py.detach(move || sock.shutdown());
+        buffer::release_pending(py);
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
+        self.close(py);
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.closed.load(Ordering::Acquire) { " closed" } else { "" };
+        format!(
+            "<homa.Socket {} port {} at {}{state}>",
+            self.inner.transport(),
+            self.inner.port(),
+            self.inner.local_addr()
+        )
+    }
+
+    /// Starts a call for the asyncio layer: returns the reactor token of the pending call.
+    /// The asyncio future ``future`` gets the response (bytes) or the exception.
+    #[pyo3(signature = (reactor, future, dest, message, timeout = None))]
+    fn _call_async(
+        &self,
+        py: Python<'_>,
+        reactor: &Reactor,
+        future: Py<PyAny>,
+        dest: &Bound<'_, PyAny>,
+        message: &Bound<'_, PyAny>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let sock = self.open(py)?;
+        let dest = addr(dest, "dest")?;
+        let deadline = self::timeout(timeout)?;
+        let payload = buffer::payload(message)?;
+        let call = sock.call_async(dest, payload, deadline).map_err(|e| errors::io(py, e))?;
+        reactor.park(py, Op::Call(call), future)
+    }
+
+    /// The next request for the asyncio layer: ``(request, token)``: the request if one is
+    /// ready, else ``None`` and ``future`` will get it (``token`` cancels that).
+    fn _recv_async(
+        &self,
+        py: Python<'_>,
+        reactor: &Reactor,
+        future: Py<PyAny>,
+    ) -> PyResult<(Option<Request>, u64)> {
+        let sock = self.open(py)?;
+        let ip = sock.transport().is_ip();
+        let mut recv = sock.recv_request_async();
+        let token = reactor.next_token();
+        let waker = reactor.waker(token);
+        match Pin::new(&mut recv).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(Ok(r)) => Ok((Some(Request::new(py, r, ip)?), token)),
+            Poll::Ready(Err(e)) => Err(errors::io(py, e)),
+            Poll::Pending => {
+                let parked = Parked { op: Op::Recv(recv, ip), future, waker };
+                lock(&reactor.pending).insert(token, parked);
+                Ok((None, token))
+            }
+        }
+    }
+}
+
+/// A request a server received. Answer it with :meth:`reply`; dropping it unanswered
+/// discards it (the client's Homa resends the request, so it may arrive again, until the
+/// client gives up).
+#[pyclass(module = "homa._native", frozen)]
+#[derive(Debug)]
+pub(crate) struct Request {
+    inner: Mutex<Option<homa_io::Request>>,
+    message: Py<PyBytes>,
+    peer: (String, u16),
+    id: u64,
+}
+
+impl Request {
+    fn new(py: Python<'_>, mut r: homa_io::Request, _ip: bool) -> PyResult<Request> {
+        let message = PyBytes::new(py, &r.take_message()).unbind();
+        let peer = (r.peer().ip().to_string(), r.peer().port());
+        let id = r.id();
+        Ok(Request { inner: Mutex::new(Some(r)), message, peer, id })
+    }
+}
+
+#[pymethods]
+impl Request {
+    /// The request's bytes.
+    #[getter]
+    fn message(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.message.clone_ref(py)
+    }
+
+    /// The client: its UDP address, or with raw IP its IP address and Homa port.
+    #[getter]
+    fn peer(&self) -> (String, u16) {
+        self.peer.clone()
+    }
+
+    /// The server's id for the RPC (odd).
+    #[getter]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether :meth:`reply` or :meth:`discard` was called.
+    #[getter]
+    fn answered(&self) -> bool {
+        lock(&self.inner).is_none()
+    }
+
+    /// Sends the response (any bytes-like object, not copied). It never blocks: the
+    /// packets the receiver allows are sent now, the rest by the driver. Returns an
+    /// awaitable that is already done, so ``await req.reply(data)`` and ``req.reply(data)``
+    /// both work. Raises ``InvalidArgumentError`` if the request was already answered.
+    fn reply(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Replied> {
+        let payload = buffer::payload(message)?;
+        let Some(r) = lock(&self.inner).take() else {
+            return Err(errors::new(
+                py,
+                "InvalidArgumentError",
+                Some("not_awaiting_response"),
+                format!("request {} was already answered", self.id),
+            ));
+        };
+        r.reply(payload).map_err(|e| errors::io(py, e))?;
+        Ok(Replied)
+    }
+
+    /// Forgets the request without answering it (the client is not told).
+    fn discard(&self) {
+        lock(&self.inner).take();
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "<homa.Request id {} from ({:?}, {}), {} bytes>",
+            self.id,
+            self.peer.0,
+            self.peer.1,
+            self.message.bind(py).as_bytes().len()
+        )
+    }
+}
+
+/// What :meth:`Request.reply` returns: an awaitable that is already done.
+#[pyclass(module = "homa._native", frozen)]
+#[derive(Debug)]
+pub(crate) struct Replied;
+
+#[pymethods]
+impl Replied {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self) -> Option<Py<PyAny>> {
+        None
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "<homa.Replied>"
+    }
+}
+
+/// A homa-io future parked in a reactor.
+#[derive(Debug)]
+enum Op {
+    Call(homa_io::Call),
+    Recv(homa_io::RecvRequest, bool),
+}
+
+#[derive(Debug)]
+struct Parked {
+    op: Op,
+    future: Py<PyAny>,
+    waker: Waker,
+}
+
+/// What driver threads share with the reactor: the ready list and the eventfd.
+#[derive(Debug)]
+struct Ready {
+    tokens: Mutex<Vec<u64>>,
+    eventfd: OwnedFd,
+}
+
+impl Ready {
+    fn signal(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.eventfd.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    fn clear(&self) {
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+        unsafe { libc::read(self.eventfd.as_raw_fd(), (&raw mut n).cast(), 8) };
+    }
+}
+
+/// The waker of one parked future: marks its token ready and pokes the event loop.
+#[derive(Debug)]
+struct TokenWaker {
+    ready: Arc<Ready>,
+    token: u64,
+}
+
+impl Wake for TokenWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let first = {
+            let mut tokens = lock(&self.ready.tokens);
+            tokens.push(self.token);
+            tokens.len() == 1
+        };
+        if first {
+            self.ready.signal();
+        }
+    }
+}
+
+/// Bridges homa-io's futures to one asyncio event loop: watch :meth:`fileno` with
+/// ``loop.add_reader(reactor.fileno(), reactor.dispatch)``. Used by ``homa.aio``.
+#[pyclass(module = "homa._native", frozen)]
+#[derive(Debug)]
+pub(crate) struct Reactor {
+    ready: Arc<Ready>,
+    pending: Mutex<HashMap<u64, Parked>>,
+    /// Requests whose asyncio future was cancelled before they arrived: handed to the next
+    /// receiver instead of being dropped.
+    leftover: Mutex<VecDeque<Request>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Reactor {
+    fn next_token(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn waker(&self, token: u64) -> Waker {
+        Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&self.ready), token }))
+    }
+
+    /// Polls `op` once; if it is not done, keeps it until its waker fires.
+    fn park(&self, py: Python<'_>, mut op: Op, future: Py<PyAny>) -> PyResult<u64> {
+        let token = self.next_token();
+        let waker = self.waker(token);
+        match poll(&mut op, &waker) {
+            Some(done) => {
+                resolve(py, future.bind(py), done)?;
+            }
+            None => {
+                lock(&self.pending).insert(token, Parked { op, future, waker });
+            }
+        }
+        Ok(token)
+    }
+}
+
+/// The outcome of a parked future.
+enum Done {
+    Response(homa_io::Result<Vec<u8>>),
+    Request(homa_io::Result<homa_io::Request>, bool),
+}
+
+fn poll(op: &mut Op, waker: &Waker) -> Option<Done> {
+    let mut cx = Context::from_waker(waker);
+    match op {
+        Op::Call(call) => match Pin::new(call).poll(&mut cx) {
+            Poll::Ready(r) => Some(Done::Response(r)),
+            Poll::Pending => None,
+        },
+        Op::Recv(recv, ip) => match Pin::new(recv).poll(&mut cx) {
+            Poll::Ready(r) => Some(Done::Request(r, *ip)),
+            Poll::Pending => None,
+        },
+    }
+}
+
+/// Sets the asyncio future's result; a request whose future was cancelled is returned.
+fn resolve(py: Python<'_>, future: &Bound<'_, PyAny>, done: Done) -> PyResult<Option<Request>> {
+    let cancelled = future.call_method0(pyo3::intern!(py, "done"))?.is_truthy()?;
+    match done {
+        Done::Response(r) => {
+            if cancelled {
+                return Ok(None);
+            }
+            match r {
+                Ok(v) => {
+                    future.call_method1(pyo3::intern!(py, "set_result"), (PyBytes::new(py, &v),))?
+                }
+                Err(e) => future.call_method1(
+                    pyo3::intern!(py, "set_exception"),
+                    (errors::io(py, e).into_value(py),),
+                )?,
+            };
+        }
+        Done::Request(r, ip) => match r {
+            Ok(r) => {
+                let req = Request::new(py, r, ip)?;
+                if cancelled {
+                    return Ok(Some(req));
+                }
+                future.call_method1(pyo3::intern!(py, "set_result"), (req,))?;
+            }
+            Err(e) => {
+                if !cancelled {
+                    future.call_method1(
+                        pyo3::intern!(py, "set_exception"),
+                        (errors::io(py, e).into_value(py),),
+                    )?;
+                }
+            }
+        },
+    }
+    Ok(None)
+}
+
+#[pymethods]
+impl Reactor {
+    #[new]
+    fn new() -> PyResult<Self> {
+        // SAFETY: a plain system call creating a new descriptor.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: fd is a new descriptor owned by nobody else.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Reactor {
+            ready: Arc::new(Ready { tokens: Mutex::new(Vec::new()), eventfd }),
+            pending: Mutex::new(HashMap::new()),
+            leftover: Mutex::new(VecDeque::new()),
+            next: std::sync::atomic::AtomicU64::new(1),
+        })
+    }
+
+    /// The eventfd to watch for readability.
+    fn fileno(&self) -> i32 {
+        self.ready.eventfd.as_raw_fd()
+    }
+
+    /// Resolves the asyncio futures whose homa-io futures are ready. Call from the loop's
+    /// thread when :meth:`fileno` is readable (or any time: it does nothing if none is).
+    fn dispatch(&self, py: Python<'_>) -> PyResult<()> {
+        buffer::release_pending(py);
+        self.ready.clear();
+        let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
+        let mut finished = Vec::new();
+        {
+            let mut pending = lock(&self.pending);
+            for token in tokens {
+                let Some(p) = pending.get_mut(&token) else { continue };
+                if let Some(done) = poll(&mut p.op, &p.waker) {
+                    let p = pending.remove(&token).expect("present");
+                    finished.push((p, done));
+                }
+            }
+        }
+        for (p, done) in finished {
+            if let Some(unclaimed) = resolve(py, p.future.bind(py), done)? {
+                lock(&self.leftover).push_back(unclaimed);
+            }
+            drop(p);
+        }
+        Ok(())
+    }
+
+    /// A request left over from a cancelled receive, if any.
+    fn take_leftover(&self) -> Option<Request> {
+        lock(&self.leftover).pop_front()
+    }
+
+    /// Gives a request back, for the next receiver (its asyncio future was cancelled after
+    /// it had the request).
+    fn push_leftover(&self, request: Py<Request>, py: Python<'_>) -> PyResult<()> {
+        let r = request.get();
+        let inner = lock(&r.inner).take();
+        if let Some(inner) = inner {
+            let req = Request {
+                inner: Mutex::new(Some(inner)),
+                message: r.message.clone_ref(py),
+                peer: r.peer.clone(),
+                id: r.id,
+            };
+            lock(&self.leftover).push_back(req);
+        }
+        Ok(())
+    }
+
+    /// Forgets parked operation ``token``: a pending call is aborted (the RPC is
+    /// abandoned; the server is not told). Returns whether it was still pending.
+    fn cancel(&self, py: Python<'_>, token: u64) -> bool {
+        let parked = lock(&self.pending).remove(&token);
+        let found = parked.is_some();
+        drop(parked);
+        buffer::release_pending(py);
+        found
+    }
+
+    /// Operations parked and not yet done.
+    fn pending(&self) -> usize {
+        lock(&self.pending).len()
+    }
+}

@@ -1,0 +1,99 @@
+"""The blocking socket: threads, timeouts, close, the context manager; the GIL is released
+while a call or a receive waits (else the server thread below could never run)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import homa
+
+LOCAL = "127.0.0.1"
+
+
+def serve_in_thread(server: homa.Socket) -> threading.Thread:
+    def loop() -> None:
+        while True:
+            try:
+                req = server.recv_request()
+            except homa.ShutdownError:
+                return
+            req.reply(req.message[::-1])
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+def test_call_and_reply_between_threads(port: int) -> None:
+    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+        assert server.port == port and server.transport == "udp"
+        assert client.port >= homa.MIN_EPHEMERAL_PORT
+        thread = serve_in_thread(server)
+        for size in (1, 1424, 100_000, 1_000_000):
+            message = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8)
+            assert client.call(server.local_addr, message, timeout=10) == message.tobytes()[::-1]
+        server.close()  # wakes the blocked recv_request
+        thread.join()
+    assert server.closed and client.closed
+
+
+def test_many_threads_share_a_socket(port: int) -> None:
+    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+        serve_in_thread(server)
+        results: dict[int, bytes] = {}
+
+        def worker(i: int) -> None:
+            for j in range(50):
+                results[i * 100 + j] = client.call(server.local_addr, b"%d" % (i * 100 + j), timeout=10)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == {k: (b"%d" % k)[::-1] for k in results} and len(results) == 400
+
+
+def test_recv_request_timeout(port: int) -> None:
+    with homa.Socket(port, host=LOCAL) as server:
+        with pytest.raises(homa.TimeoutError):
+            server.recv_request(timeout=0.01)
+        with pytest.raises(TypeError):
+            server.recv_request(timeout="1")  # type: ignore[arg-type]
+
+
+def test_request_is_answered_once(port: int) -> None:
+    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+        results: list[bytes] = []
+        t = threading.Thread(target=lambda: results.append(client.call(server.local_addr, b"q", timeout=10)))
+        t.start()
+        req = server.recv_request(timeout=10)
+        assert (req.message, req.answered) == (b"q", False)
+        assert req.peer == client.local_addr
+        assert req.id % 2 == 1
+        req.reply(bytearray(b"a"))
+        assert req.answered
+        with pytest.raises(homa.InvalidArgumentError):
+            req.reply(b"again")
+        t.join()
+        assert results == [b"a"]
+
+
+def test_closed_socket(port: int) -> None:
+    client = homa.Socket(host=LOCAL)
+    client.close()
+    with pytest.raises(homa.ShutdownError):
+        client.call((LOCAL, port), b"x")
+    with pytest.raises(homa.ShutdownError):
+        client.recv_request(timeout=0.01)
+    assert "closed" in repr(client)
+    m = client.metrics()
+    assert set(m) >= {"core", "transport", "pending_calls", "queued_requests"}
+
+
+def test_port_of_a_closed_socket_is_free_again(port: int) -> None:
+    homa.Socket(port, host=LOCAL).close()
+    homa.Socket(port, host=LOCAL).close()
