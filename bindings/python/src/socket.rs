@@ -71,16 +71,24 @@ fn timeout(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
 #[pyclass(module = "homa._native", frozen)]
 #[derive(Debug)]
 pub(crate) struct Socket {
-    inner: Arc<homa_io::Socket>,
+    /// `None` once closed: dropping it lets homa-io free the transport (and the port) as
+    /// soon as no call or request still holds it, even while a reference cycle keeps this
+    /// Python object alive.
+    inner: Mutex<Option<Arc<homa_io::Socket>>>,
     closed: AtomicBool,
+    local: std::net::SocketAddr,
+    port: u16,
+    kind: TransportKind,
+    /// The metrics at close, so they stay readable.
+    last_metrics: Mutex<Option<homa_io::Metrics>>,
 }
 
 impl Socket {
-    fn open(&self, py: Python<'_>) -> PyResult<&Arc<homa_io::Socket>> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(errors::closed(py));
+    fn open(&self, py: Python<'_>) -> PyResult<Arc<homa_io::Socket>> {
+        match &*lock(&self.inner) {
+            Some(s) if !self.closed.load(Ordering::Acquire) => Ok(Arc::clone(s)),
+            _ => Err(errors::closed(py)),
         }
-        Ok(&self.inner)
     }
 }
 
@@ -126,26 +134,33 @@ impl Socket {
             None => builder.client(ip),
         });
         let inner = opened.map_err(|e| errors::io(py, e))?;
-        Ok(Socket { inner: Arc::new(inner), closed: AtomicBool::new(false) })
+        Ok(Socket {
+            local: inner.local_addr(),
+            port: inner.port(),
+            kind: inner.transport(),
+            inner: Mutex::new(Some(Arc::new(inner))),
+            closed: AtomicBool::new(false),
+            last_metrics: Mutex::new(None),
+        })
     }
 
     /// Where peers reach this socket, ``(host, port)``.
     #[getter]
     fn local_addr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        addr_to_py(py, self.inner.local_addr())
+        addr_to_py(py, self.local)
     }
 
     /// The Homa port: the server port, or the client's ephemeral port.
     #[getter]
     fn port(&self) -> u16 {
-        self.inner.port()
+        self.port
     }
 
     /// The transport in use (``"udp"``, ``"ip"``, ``"uring"``, ``"uring-ip"``), after any
     /// io_uring fallback.
     #[getter]
     fn transport(&self) -> &'static str {
-        self.inner.transport().name()
+        self.kind.name()
     }
 
     /// Whether :meth:`close` was called.
@@ -166,7 +181,7 @@ impl Socket {
         message: &Bound<'py, PyAny>,
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let sock = Arc::clone(self.open(py)?);
+        let sock = self.open(py)?;
         let dest = addr(dest, "dest")?;
         let deadline = self::timeout(timeout)?;
         let payload = buffer::payload(message)?;
@@ -188,11 +203,11 @@ impl Socket {
         let limit = self::timeout(timeout)?;
         let start = std::time::Instant::now();
         loop {
-            let sock = Arc::clone(self.open(py)?);
+            let sock = self.open(py)?;
             let left = limit.map(|l| l.saturating_sub(start.elapsed()));
             let wait = left.map_or(SIGNAL_CHECK, |l| l.min(SIGNAL_CHECK));
             match py.detach(move || sock.recv_request_timeout(wait)) {
-                Ok(r) => return Request::new(py, r, self.inner.transport().is_ip()),
+                Ok(r) => return Request::new(py, r, self.kind.is_ip()),
                 Err(homa_io::Error::TimedOut) => {
                     if left.is_some_and(|l| l <= wait) {
                         return Err(errors::io(py, homa_io::Error::TimedOut));
@@ -208,7 +223,11 @@ impl Socket {
     /// (datagrams and system calls), ``dropped_by_allow_list``, ``wakeups`` (of the driver
     /// thread), ``pending_calls``, ``queued_requests``.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let m = self.inner.metrics();
+        let live = lock(&self.inner).clone();
+        let m = match live {
+            Some(s) => s.metrics(),
+            None => lock(&self.last_metrics).clone().unwrap_or_default(),
+        };
         let t = m.transport;
         let v = json!({
             "core": conformance::scenarios::metrics_json(&m.core),
@@ -230,8 +249,12 @@ impl Socket {
     /// return it, the driver thread is joined. Idempotent.
     fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        let sock = Arc::clone(&self.inner);
-        py.detach(move || sock.shutdown());
+        let Some(sock) = lock(&self.inner).take() else { return };
+        *lock(&self.last_metrics) = Some(sock.metrics());
+        py.detach(move || {
+            sock.shutdown();
+            drop(sock); // the last reference, unless a blocked call still holds one
+        });
         buffer::release_pending(py);
     }
 
@@ -246,12 +269,7 @@ impl Socket {
 
     fn __repr__(&self) -> String {
         let state = if self.closed.load(Ordering::Acquire) { " closed" } else { "" };
-        format!(
-            "<homa.Socket {} port {} at {}{state}>",
-            self.inner.transport(),
-            self.inner.port(),
-            self.inner.local_addr()
-        )
+        format!("<homa.Socket {} port {} at {}{state}>", self.kind, self.port, self.local)
     }
 
     /// Starts a call for the asyncio layer: returns the reactor token of the pending call.
