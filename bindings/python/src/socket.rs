@@ -207,7 +207,7 @@ impl Socket {
             let left = limit.map(|l| l.saturating_sub(start.elapsed()));
             let wait = left.map_or(SIGNAL_CHECK, |l| l.min(SIGNAL_CHECK));
             match py.detach(move || sock.recv_request_timeout(wait)) {
-                Ok(r) => return Request::new(py, r, self.kind.is_ip()),
+                Ok(r) => return Request::new(py, r),
                 Err(homa_io::Error::TimedOut) => {
                     if left.is_some_and(|l| l <= wait) {
                         return Err(errors::io(py, homa_io::Error::TimedOut));
@@ -301,15 +301,14 @@ impl Socket {
         future: Py<PyAny>,
     ) -> PyResult<(Option<Request>, u64)> {
         let sock = self.open(py)?;
-        let ip = sock.transport().is_ip();
         let mut recv = sock.recv_request_async();
         let token = reactor.next_token();
         let waker = reactor.waker(token);
         match Pin::new(&mut recv).poll(&mut Context::from_waker(&waker)) {
-            Poll::Ready(Ok(r)) => Ok((Some(Request::new(py, r, ip)?), token)),
+            Poll::Ready(Ok(r)) => Ok((Some(Request::new(py, r)?), token)),
             Poll::Ready(Err(e)) => Err(errors::io(py, e)),
             Poll::Pending => {
-                let parked = Parked { op: Op::Recv(recv, ip), future, waker };
+                let parked = Parked { op: Op::Recv(recv), future, waker };
                 lock(&reactor.pending).insert(token, parked);
                 Ok((None, token))
             }
@@ -330,7 +329,7 @@ pub(crate) struct Request {
 }
 
 impl Request {
-    fn new(py: Python<'_>, mut r: homa_io::Request, _ip: bool) -> PyResult<Request> {
+    fn new(py: Python<'_>, mut r: homa_io::Request) -> PyResult<Request> {
         let message = PyBytes::new(py, &r.take_message()).unbind();
         let peer = (r.peer().ip().to_string(), r.peer().port());
         let id = r.id();
@@ -426,7 +425,7 @@ impl Replied {
 #[derive(Debug)]
 enum Op {
     Call(homa_io::Call),
-    Recv(homa_io::RecvRequest, bool),
+    Recv(homa_io::RecvRequest),
 }
 
 #[derive(Debug)]
@@ -522,7 +521,7 @@ impl Reactor {
 /// The outcome of a parked future.
 enum Done {
     Response(homa_io::Result<Vec<u8>>),
-    Request(homa_io::Result<homa_io::Request>, bool),
+    Request(homa_io::Result<homa_io::Request>),
 }
 
 fn poll(op: &mut Op, waker: &Waker) -> Option<Done> {
@@ -532,8 +531,8 @@ fn poll(op: &mut Op, waker: &Waker) -> Option<Done> {
             Poll::Ready(r) => Some(Done::Response(r)),
             Poll::Pending => None,
         },
-        Op::Recv(recv, ip) => match Pin::new(recv).poll(&mut cx) {
-            Poll::Ready(r) => Some(Done::Request(r, *ip)),
+        Op::Recv(recv) => match Pin::new(recv).poll(&mut cx) {
+            Poll::Ready(r) => Some(Done::Request(r)),
             Poll::Pending => None,
         },
     }
@@ -557,9 +556,9 @@ fn resolve(py: Python<'_>, future: &Bound<'_, PyAny>, done: Done) -> PyResult<Op
                 )?,
             };
         }
-        Done::Request(r, ip) => match r {
+        Done::Request(r) => match r {
             Ok(r) => {
-                let req = Request::new(py, r, ip)?;
+                let req = Request::new(py, r)?;
                 if cancelled {
                     return Ok(Some(req));
                 }

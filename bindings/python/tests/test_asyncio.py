@@ -283,7 +283,8 @@ def test_cancelled_receiver_loses_no_request(run: Callable[[Any], Any], port: in
     async def main() -> None:
         srv = await homa.open(port=port, host=LOCAL)
         waiting = asyncio.create_task(srv.recv_request())
-        await asyncio.sleep(0)  # let it park (ordering only; nothing waits on time)
+        await asyncio.sleep(0)  # one turn of the loop (FIFO): the task runs up to its await
+        assert srv._reactor.pending() == 1  # parked
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -292,6 +293,7 @@ def test_cancelled_receiver_loses_no_request(run: Callable[[Any], Any], port: in
             req = await srv.recv_request()
             await req.reply(req.message.upper())
             assert await call == b"HI"
+        assert srv._reactor.pending() == 0
         srv.close()
 
     run(main())
@@ -356,5 +358,25 @@ def test_serve_runs_handlers_concurrently(run: Callable[[Any], Any], port: int) 
             assert await asyncio.gather(*calls) == [b"a", b"b"]
         srv.close()
         await server
+
+    run(main())
+
+
+def test_sends_do_not_copy(run: Callable[[Any], Any], port: int) -> None:
+    """A bytearray being sent is exported, not copied: it cannot be resized while its call
+    is pending, and can again once the call is over (the export was released)."""
+
+    async def main() -> None:
+        srv = await homa.open(port=port, host=LOCAL)
+        async with await homa.open(host=LOCAL) as cli:
+            payload = bytearray(b"tensor" * 1000)
+            call = asyncio.create_task(cli.call(srv.local_addr, payload, timeout=5))
+            req = await srv.recv_request()
+            with pytest.raises(BufferError):
+                payload.append(0)  # exported: homa holds it until the RPC is over
+            await req.reply(bytes(req.message))
+            assert await call == payload
+            payload.append(0)  # released
+        srv.close()
 
     run(main())

@@ -97,3 +97,11 @@ def test_closed_socket(port: int) -> None:
 def test_port_of_a_closed_socket_is_free_again(port: int) -> None:
     homa.Socket(port, host=LOCAL).close()
     homa.Socket(port, host=LOCAL).close()
+
+
+def test_blocking_sends_do_not_copy(port: int) -> None:
+    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+        serve_in_thread(server)
+        payload = bytearray(b"abc" * 10_000)
+        assert client.call(server.local_addr, payload, timeout=10) == bytes(payload)[::-1]
+        payload.append(0)  # the export ended with the call
