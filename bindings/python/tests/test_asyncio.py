@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import homa
-from conftest import free_port
+from conftest import SLACK, free_port
 
 LOCAL = "127.0.0.1"
 
 
 async def echo_server(port: int, **options: Any) -> tuple[homa.AsyncSocket, asyncio.Task[None]]:
-    srv = await homa.open(port=port, host=LOCAL, **options)
+    srv = await homa.open(port=port, host=LOCAL, **{**SLACK, **options})
 
     async def serve() -> None:
         async for req in srv.requests():
@@ -31,7 +31,7 @@ async def echo_server(port: int, **options: Any) -> tuple[homa.AsyncSocket, asyn
 def test_echo_sizes(run: Callable[[Any], Any], port: int, size: int) -> None:
     async def main() -> None:
         srv, task = await echo_server(port)
-        async with await homa.open(host=LOCAL) as cli:
+        async with await homa.open(host=LOCAL, **SLACK) as cli:
             message = bytes(i % 251 for i in range(size))
             assert await cli.call(srv.local_addr, message, timeout=10) == message
         srv.close()
@@ -43,7 +43,7 @@ def test_echo_sizes(run: Callable[[Any], Any], port: int, size: int) -> None:
 def test_buffer_types(run: Callable[[Any], Any], port: int) -> None:
     async def main() -> None:
         srv, task = await echo_server(port)
-        async with await homa.open(host=LOCAL) as cli:
+        async with await homa.open(host=LOCAL, **SLACK) as cli:
             a = np.arange(10_000, dtype=np.float32)
             messages: list[Any] = [
                 bytearray(b"abc"),
@@ -257,7 +257,7 @@ def test_closed_server_frees_its_port(run: Callable[[Any], Any], port: int) -> N
 
     async def main() -> None:
         srv, task = await echo_server(port)
-        async with await homa.open(host=LOCAL) as cli:
+        async with await homa.open(host=LOCAL, **SLACK) as cli:
             assert await cli.call(srv.local_addr, b"x", timeout=5) == b"x"
         srv.close()
         await task
@@ -319,7 +319,7 @@ def test_no_leaks_over_10000_calls(port: int) -> None:
 
     async def main() -> None:
         srv, task = await echo_server(port)
-        cli = await homa.open(host=LOCAL)
+        cli = await homa.open(host=LOCAL, **SLACK)
         dest = srv.local_addr
         await _calls(cli, dest, 2_000)  # warm-up: pools, caches, arenas
         gc.collect()
@@ -353,7 +353,7 @@ def test_serve_runs_handlers_concurrently(run: Callable[[Any], Any], port: int) 
             return req.message
 
         server = asyncio.create_task(srv.serve(handler))
-        async with await homa.open(host=LOCAL) as cli:
+        async with await homa.open(host=LOCAL, **SLACK) as cli:
             calls: list[Awaitable[bytes]] = [cli.call(srv.local_addr, m, timeout=5) for m in (b"a", b"b")]
             assert await asyncio.gather(*calls) == [b"a", b"b"]
         srv.close()
@@ -368,7 +368,7 @@ def test_sends_do_not_copy(run: Callable[[Any], Any], port: int) -> None:
 
     async def main() -> None:
         srv = await homa.open(port=port, host=LOCAL)
-        async with await homa.open(host=LOCAL) as cli:
+        async with await homa.open(host=LOCAL, **SLACK) as cli:
             payload = bytearray(b"tensor" * 1000)
             call = asyncio.create_task(cli.call(srv.local_addr, payload, timeout=5))
             req = await srv.recv_request()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import homa
+from conftest import SLACK
 
 LOCAL = "127.0.0.1"
 
@@ -28,7 +29,7 @@ def serve_in_thread(server: homa.Socket) -> threading.Thread:
 
 
 def test_call_and_reply_between_threads(port: int) -> None:
-    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         assert server.port == port and server.transport == "udp"
         assert client.port >= homa.MIN_EPHEMERAL_PORT
         thread = serve_in_thread(server)
@@ -41,7 +42,7 @@ def test_call_and_reply_between_threads(port: int) -> None:
 
 
 def test_many_threads_share_a_socket(port: int) -> None:
-    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         serve_in_thread(server)
         results: dict[int, bytes] = {}
 
@@ -66,7 +67,7 @@ def test_recv_request_timeout(port: int) -> None:
 
 
 def test_request_is_answered_once(port: int) -> None:
-    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         results: list[bytes] = []
         t = threading.Thread(target=lambda: results.append(client.call(server.local_addr, b"q", timeout=10)))
         t.start()
@@ -100,7 +101,7 @@ def test_port_of_a_closed_socket_is_free_again(port: int) -> None:
 
 
 def test_blocking_sends_do_not_copy(port: int) -> None:
-    with homa.Socket(port, host=LOCAL) as server, homa.Socket(host=LOCAL) as client:
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         serve_in_thread(server)
         payload = bytearray(b"abc" * 10_000)
         assert client.call(server.local_addr, payload, timeout=10) == bytes(payload)[::-1]
