@@ -527,12 +527,19 @@ impl Run {
             // Answer some (the responses then wait for acks that never come), drop the rest.
             answer = !answer;
             let now = self.node.clock;
-            let out = if answer {
-                self.node.api(now, false, |ep, now| ep.send_response(now, rpc, pattern(3000, 1))).1
-            } else {
-                self.node.api(now, false, |ep, _| ep.discard(rpc)).1
-            };
-            self.output(out);
+            let mut answered = false;
+            if answer {
+                let (result, out) = self
+                    .node
+                    .api(now, false, |ep, now| ep.send_response(now, rpc, pattern(3000, 1)));
+                self.output(out);
+                answered = result.is_ok();
+            }
+            if !answered {
+                // Not answered (or no room to: wmem_max): dropped. It may be gone already.
+                let out = self.node.api(now, false, |ep, _| ep.discard(rpc)).1;
+                self.output(out);
+            }
         }
         let give_up = c.timeout_ticks.max(c.ack_timeout_ticks);
         let period = u64::from(give_up + c.request_ack_ticks + c.resend_ticks + 2);
