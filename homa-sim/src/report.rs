@@ -183,7 +183,7 @@ pub struct Offered {
 pub struct Measured {
     /// Share of host uplink capacity used while measured messages were created.
     pub load: f64,
-    /// Message bytes delivered per host in that time, in Gbit/s.
+    /// Message bytes delivered per host in that time (requests and responses), in Gbit/s.
     pub goodput_gbps_per_host: f64,
     pub window_ns: u64,
     pub messages: u64,

@@ -241,6 +241,7 @@ impl App for Driver {
                 drop(message);
                 match self.mode {
                     Mode::Rpc => {
+                        self.delivered_bytes += len; // requests count as delivered too
                         if ep.send_response(now, rpc, zeros(len)).is_err() {
                             self.send_errors += 1;
                         }
