@@ -107,7 +107,7 @@ impl Endpoint {
             now: 0,
             ports: alloc::vec![0; 65536 / 64],
             next_ephemeral: MIN_EPHEMERAL_PORT,
-            next_client_id: 2,
+            next_client_id: config.first_client_id,
             next_birth: 0,
             rpcs: RpcTable::new(hasher.clone()),
             peers: PeerTable::new(config.max_peers, hasher),
@@ -213,7 +213,8 @@ impl Endpoint {
         }
         let peer = self.peers.get_or_insert(dest, self.now).ok_or(ApiError::TooManyPeers)?;
         let id = self.next_client_id;
-        self.next_client_id += 2;
+        // Wraps to 2 after u64::MAX - 1 (never 0, which means "no ack" on the wire).
+        self.next_client_id = self.next_client_id.checked_add(2).unwrap_or(2);
         self.tx_bytes += payload.len() as u64;
         let msgout = OutMessage::new(payload, self.config.unsched_bytes, self.birth());
         let rpc = Rpc {
@@ -1064,11 +1065,15 @@ impl Endpoint {
             return;
         }
         let since = x.timer.silent_since;
-        // A server waiting for grants has nothing to ask for; it only times out.
+        // The timer is armed only for planned RESEND ticks (resend_ticks after silence began,
+        // then every resend_interval), so a wake-up that finds the RPC silent that long is
+        // one of them, on time or late (a driver may run timers after the tick). A server
+        // waiting for grants has nothing to ask for; it only times out.
         let may_ask = x.is_client() || x.state == State::Incoming;
-        if may_ask && silent >= resend && (silent - resend).is_multiple_of(interval) {
+        if may_ask && silent >= resend {
             self.request_retransmission(r);
         }
+        // The next planned tick strictly after this one.
         let next_resend = if silent < resend {
             since + resend
         } else {
