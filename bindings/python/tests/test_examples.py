@@ -39,3 +39,20 @@ def test_inference_server_and_client() -> None:
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_benchmark_runs() -> None:
+    """`python -m homa.bench` end to end, tiny (its figures are not checked: speed belongs in
+    the benchmark, not in tests)."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "homa.bench", "--rounds", "1", "--calls", "50", "--concurrency", "4", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result["homa"]) == {"p50_us", "p99_us", "calls_per_s"}
+    assert result["tcp"]["calls_per_s"] > 0 and result["homa"]["calls_per_s"] > 0
