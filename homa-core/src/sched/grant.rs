@@ -333,7 +333,12 @@ impl Grants {
         let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
-        m.rec_incoming += delta;
+        // Outstanding bytes are granted - received, as `update_incoming` counts them: less
+        // than `delta` when the sender already sent past its previous grant.
+        let rec_incoming = m.granted.saturating_sub(m.received());
+        self.total_incoming =
+            self.total_incoming + u64::from(rec_incoming) - u64::from(m.rec_incoming);
+        m.rec_incoming = rec_incoming;
         let grant = ControlBody::Grant { offset: m.granted, priority };
         let control = Control {
             to: r.addr,
@@ -342,7 +347,6 @@ impl Grants {
             id: r.id,
             body: grant,
         };
-        self.total_incoming += u64::from(delta);
         cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
