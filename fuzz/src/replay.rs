@@ -103,9 +103,10 @@ fn describe() {
     use std::fmt::Debug;
     fn show<'a, S: Arbitrary<'a> + Debug, O: Arbitrary<'a> + Debug>(data: &'a [u8]) {
         let mut u = Unstructured::new(data);
-        println!("{:?}", S::arbitrary(&mut u));
+        let short = |s: String| if s.len() > 400 { format!("{}...", &s[..400]) } else { s };
+        println!("{}", short(format!("{:?}", S::arbitrary(&mut u))));
         while !u.is_empty() {
-            println!("{:?}", O::arbitrary(&mut u));
+            println!("{}", short(format!("{:?}", O::arbitrary(&mut u))));
         }
     }
     let name = std::env::var("FUZZ_TARGET").expect("FUZZ_TARGET names a target");

@@ -160,6 +160,26 @@ fn regressions() -> Vec<(String, Seed)> {
             }),
         ),
         (
+            // Found by endpoint_packets: a sender sent past its grant (one 16,000-byte packet),
+            // the next GRANT counted all its new bytes as outstanding, and that phantom kept
+            // max_incoming full and the message without a timer for good (homa-core:
+            // grant scheduler).
+            "data-past-grant-phantom-incoming".into(),
+            Seed::Packets(
+                ep::Setup {
+                    max_incoming: 1,
+                    max_overcommit: 1,
+                    grant_fifo_fraction: 1,
+                    ..DEFAULTS
+                },
+                vec![
+                    ep::Op::Raw { from: 0, bytes: raw_data(100, 20_000, 2_000, 0, 1_000) },
+                    ep::Op::Raw { from: 1, bytes: raw_data(200, 50_000, 2_000, 0, 1_000) },
+                    ep::Op::Raw { from: 0, bytes: raw_data(100, 20_000, 2_000, 1_000, 16_085) },
+                ],
+            ),
+        ),
+        (
             // Found by endpoint_pair in its first minute: a RESEND wake-up armed another for
             // its own tick, so poll_timeout said "now" right after handle_timeout
             // (homa-core: handle_timeout).
@@ -178,6 +198,26 @@ fn regressions() -> Vec<(String, Seed)> {
             }),
         ),
     ]
+}
+
+/// DATA of a request from client id `id` to port 99: `len` bytes at `offset`, of any size.
+fn raw_data(id: u64, length: u32, incoming: u32, offset: u32, len: usize) -> Vec<u8> {
+    let mut h = wire::header::Repr::new(wire::PacketType::Data, 40_000, 99, id);
+    h.sequence = offset;
+    let repr = wire::data::Repr {
+        message_length: length,
+        incoming,
+        ack: wire::Ack::NONE,
+        cutoff_version: 1,
+        retransmit: 0,
+        pad: [0; 3],
+        seg_offset: offset,
+    };
+    let payload = vec![7; len];
+    let p = wire::Repr { header: h, body: wire::Body::Data { repr, payload: &payload } };
+    let mut bytes = vec![0; p.buffer_len()];
+    p.emit(&mut bytes).expect("exactly buffer_len");
+    bytes
 }
 
 fn fuzz_dir() -> PathBuf {
