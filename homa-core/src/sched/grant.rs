@@ -64,6 +64,13 @@ pub(crate) struct Grants {
     /// `max_overcommit` slots.
     active: [Option<Active>; MAX_OVERCOMMIT as usize],
     slots: usize,
+    /// Occupied slots.
+    num_active: usize,
+    /// The window for each number of active messages (`Config::grant_window`, computed once
+    /// like the module's `windows[]`).
+    windows: [u32; MAX_OVERCOMMIT as usize + 1],
+    /// `Config::max_sched_prio`, computed once.
+    max_sched_prio: u8,
     /// Managed messages not active, in SRPT order.
     waiting: Vec<Entry>,
     /// Granted-but-unreceived bytes of all managed messages.
@@ -81,6 +88,9 @@ impl Grants {
         Grants {
             active: [None; MAX_OVERCOMMIT as usize],
             slots: usize::from(config.max_overcommit),
+            num_active: 0,
+            windows: core::array::from_fn(|n| config.grant_window(n)),
+            max_sched_prio: config.max_sched_prio(),
             waiting: Vec::new(),
             total_incoming: 0,
             oldest: None,
@@ -90,7 +100,7 @@ impl Grants {
     }
 
     pub(crate) fn num_active(&self) -> usize {
-        self.active.iter().flatten().count()
+        self.num_active
     }
 
     pub(crate) fn num_managed(&self) -> usize {
@@ -183,12 +193,15 @@ impl Grants {
 
     fn add_active(&mut self, cx: &mut GrantCx<'_>, slot: usize, entry: Entry) {
         cx.peers.get_mut(entry.peer).active_grants += 1;
-        self.active[slot] = Some(Active { entry, needy: false });
+        if self.active[slot].replace(Active { entry, needy: false }).is_none() {
+            self.num_active += 1;
+        }
     }
 
     fn remove_active(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
         if let Some(a) = self.active[slot].take() {
             cx.peers.get_mut(a.entry.peer).active_grants -= 1;
+            self.num_active -= 1;
         }
     }
 
@@ -286,10 +299,10 @@ impl Grants {
     /// Level for a grant to a message that `rank` active messages outrank: the highest
     /// scheduled level minus the rank, shifted down when fewer messages are active than
     /// there are scheduled levels, so new short messages can still preempt.
-    fn grant_priority(&self, cx: &GrantCx<'_>, rank: usize) -> u8 {
-        let max_sched = i64::from(cx.config.max_sched_prio());
+    fn grant_priority(&self, rank: usize) -> u8 {
+        let max_sched = i64::from(self.max_sched_prio);
         let mut level = max_sched - rank as i64;
-        let extra = max_sched + 1 - self.num_active() as i64;
+        let extra = max_sched + 1 - self.num_active as i64;
         if extra >= 0 {
             level -= extra;
         }
@@ -300,7 +313,7 @@ impl Grants {
     /// (`homa_grant_try_send`). With `check_needy`, defers to needy messages.
     fn try_send(&mut self, cx: &mut GrantCx<'_>, slot: usize, check_needy: bool) {
         let Some(a) = self.active[slot] else { return };
-        let window = cx.config.grant_window(self.num_active());
+        let window = self.windows[self.num_active];
         let Some(m) = cx.rpcs.get(a.entry.rpc).and_then(|r| r.msgin.as_ref()) else { return };
         if !m.grantable {
             return;
@@ -329,7 +342,7 @@ impl Grants {
             .flatten()
             .filter(|o| o.entry.rpc != a.entry.rpc && outranks(o.entry.rank(), a.entry.rank()))
             .count();
-        let priority = self.grant_priority(cx, rank);
+        let priority = self.grant_priority(rank);
         let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
@@ -396,7 +409,7 @@ impl Grants {
         self.next_fifo_grant = cx.now + interval;
         let increment = cx.config.fifo_grant_increment;
         // A message holding this much ungranted-received is not answering FIFO grants.
-        let limit = cx.config.grant_window(self.num_active()).saturating_add(2 * increment);
+        let limit = self.windows[self.num_active].saturating_add(2 * increment);
         let wants_fifo = |cx: &GrantCx<'_>, rpc: RpcRef| {
             cx.rpcs
                 .get(rpc)
