@@ -80,6 +80,9 @@ pub struct Endpoint {
     config: Config,
     max_payload: u32,
     now: Instant,
+    /// The tick `now` is in, and when it ends (see `advance`).
+    tick: u64,
+    tick_end: Instant,
     /// Bit per port: bound (server ports) or taken (ephemeral ports).
     ports: Vec<u64>,
     next_ephemeral: u16,
@@ -105,6 +108,8 @@ impl Endpoint {
         Ok(Endpoint {
             max_payload: config.max_payload(),
             now: 0,
+            tick: 0,
+            tick_end: config.tick(),
             ports: alloc::vec![0; 65536 / 64],
             next_ephemeral: MIN_EPHEMERAL_PORT,
             next_client_id: config.first_client_id,
@@ -454,7 +459,7 @@ impl Endpoint {
         }
         if fully_sent && !x.is_client() {
             // NEED_ACK starts `request_ack_ticks` after the first tick that sees it done.
-            let done = self.now / self.config.tick() + 1;
+            let done = self.tick + 1;
             x.timer.done_tick = Some(done);
             self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
         }
@@ -553,11 +558,17 @@ impl Endpoint {
 
     fn advance(&mut self, now: Instant) {
         self.now = self.now.max(now);
+        if self.now >= self.tick_end {
+            // A division only when a tick boundary passes, not on every call.
+            let len = self.config.tick();
+            self.tick = self.now / len;
+            self.tick_end = (self.tick + 1).saturating_mul(len);
+        }
     }
 
-    /// The current timer tick: tick T begins at `T * tick`.
+    /// The current timer tick: tick T spans [T * tick, (T + 1) * tick).
     fn tick(&self) -> u64 {
-        self.now / self.config.tick()
+        self.tick
     }
 
     /// Handles one received packet (the bytes from the Homa header on) from transport
