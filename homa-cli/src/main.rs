@@ -11,16 +11,22 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod client;
 mod decode;
 mod encode;
 mod error;
+mod logging;
 mod net;
 mod output;
 mod pcap;
+mod server;
 mod sim;
+mod stats;
 
-/// Decode and encode Homa packets, byte for byte as the Linux kernel module sends them, and
-/// simulate a datacenter running Homa.
+/// Decode and encode Homa packets, byte for byte as the Linux kernel module sends them,
+/// simulate a datacenter running Homa, serve and load-test Homa over the network, and
+/// benchmark it against UDP and TCP.
 #[derive(Debug, Parser)]
 #[command(
     name = "homa",
@@ -31,6 +37,10 @@ Examples:
   homa decode --pcap trace.pcap --udp-port 4000
   homa decode 138880000000000000000014500600008c4ab97d0000000000000003 | homa encode
   homa sim --workload w3 --load 0.8
+  homa server --port 4000
+  homa client --server 127.0.0.1:4000 --workload w3 --rate 2000 --duration 10
+  homa bench rtt
+  homa bench throughput
 
 Exit status: 0 on success, 1 when reading or writing fails, 2 for bad input or usage."
 )]
@@ -44,6 +54,9 @@ enum Command {
     Decode(decode::Args),
     Encode(encode::Args),
     Sim(sim::Args),
+    Server(server::Args),
+    Client(client::Args),
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +65,9 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(&args),
         Command::Encode(args) => encode::run(&args),
         Command::Sim(args) => sim::run(&args),
+        Command::Server(args) => server::run(&args),
+        Command::Client(args) => client::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

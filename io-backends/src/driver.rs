@@ -30,7 +30,7 @@ use homa_core::{Endpoint, Event, FailReason, Instant, Payload, ServerRpc};
 
 use crate::cidr::Cidr;
 use crate::error::{Error, Result};
-use crate::transport::{Batch, Datagram, RECV_SLOT_LEN, Transport};
+use crate::transport::{Batch, Datagram, RECV_SLOT_LEN, Transport, TransportStats, Waiter};
 
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
@@ -38,6 +38,9 @@ const BATCH: usize = 32;
 const RX_ROUNDS: usize = 64;
 /// Timer passes in one go before leaving the rest to the (already due) timerfd.
 const TIMER_ROUNDS: usize = 8;
+/// How late a timer tick may fire (see `Inner::arm`): a busy socket's leader runs it
+/// first. Ticks are a millisecond; Homa acts on several of them.
+const TICK_SLACK: Instant = 250_000;
 /// How long the driver thread stays off the transport after a leader leaves, expecting it
 /// (or another) back: a thread calling in a loop then costs no epoll_ctl per call.
 const LEADER_GRACE: Instant = 1_000_000;
@@ -58,6 +61,38 @@ fn signal(fd: RawFd) {
     let one = 1u64;
     // SAFETY: writes 8 bytes from a live u64 to an eventfd of ours.
     unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+}
+
+/// Hashes RPC ids (our own counter, so no peer chooses them) with one multiplication
+/// instead of SipHash.
+#[derive(Debug, Clone, Copy, Default)]
+struct IdHash;
+
+impl std::hash::BuildHasher for IdHash {
+    type Hasher = IdHasher;
+
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+#[derive(Debug)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 /// Counters the driver keeps besides the endpoint's and the transport's.
@@ -146,14 +181,16 @@ pub(crate) struct Inner {
     pub(crate) transport: Box<dyn Transport>,
     tx: Batch,
     rx: Batch,
-    calls: HashMap<u64, PendingCall>,
+    calls: HashMap<u64, PendingCall, IdHash>,
     /// Application deadlines of calls: (when, id).
     deadlines: BTreeSet<(Instant, u64)>,
     pub(crate) requests: VecDeque<Incoming>,
     request_wakers: Vec<Waker>,
     allow: Vec<Cidr>,
-    /// The deadline the timerfd is armed with.
+    /// When the timerfd fires (until the driver thread consumes the expiry).
     armed: Option<Instant>,
+    /// The endpoint's timer tick in nanoseconds.
+    tick_ns: Instant,
     /// The time when the lock was last taken (nanoseconds since the driver started).
     now: Instant,
     timer: RawFd,
@@ -165,6 +202,11 @@ pub(crate) struct Inner {
     pub(crate) closed: bool,
     /// A thread is leading (see the module docs).
     leader: bool,
+    /// The leader sleeps in the waiter's receive call (not in `poll`): wake it through
+    /// the waiter, not the kick eventfd.
+    leader_blocking: bool,
+    /// What the waiter received (added to the transport's counters).
+    pub(crate) waiter_stats: TransportStats,
     /// The lock is held by the leader.
     in_leader: bool,
     /// Someone other than the leader completed something: kick the leader on release.
@@ -194,6 +236,20 @@ pub(crate) struct Shared {
     origin: u64,
     closed: AtomicBool,
     busy_poll: Option<Duration>,
+    /// The transport's blocking receiver, if it has one ([`Transport::waiter`]), with a
+    /// batch of its own; used by the leader only.
+    waiter: Option<Mutex<(Box<dyn Waiter>, Batch)>>,
+    /// Wakes a leader blocked in the waiter.
+    wake_waiter: Option<WakeWaiter>,
+}
+
+/// [`WaitHandle::wake`](crate::transport::WaitHandle::wake), printable.
+struct WakeWaiter(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for WakeWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WakeWaiter")
+    }
 }
 
 fn monotonic_ns() -> u64 {
@@ -223,7 +279,7 @@ impl Shared {
     /// Starts a driver thread for `endpoint` over `transport`.
     pub(crate) fn start(
         endpoint: Endpoint,
-        transport: Box<dyn Transport>,
+        mut transport: Box<dyn Transport>,
         allow: Vec<Cidr>,
         busy_poll: Option<Duration>,
     ) -> Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
@@ -244,19 +300,28 @@ impl Shared {
             // SAFETY: all three descriptors are open; ev is a valid epoll_event.
             cvt(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
         }
+        let (waiter, wake_waiter) = match transport.waiter() {
+            Some(h) => (
+                Some(Mutex::new((h.waiter, Batch::new(BATCH, RECV_SLOT_LEN)))),
+                Some(WakeWaiter(h.wake)),
+            ),
+            None => (None, None),
+        };
         let origin = monotonic_ns();
         let slot_len = endpoint.config().max_packet_len();
+        let tick_ns = u64::from(endpoint.config().tick_usecs).max(1) * 1000;
         let inner = Inner {
             endpoint,
             transport,
             tx: Batch::new(BATCH, slot_len),
             rx: Batch::new(BATCH, RECV_SLOT_LEN),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             deadlines: BTreeSet::new(),
             requests: VecDeque::new(),
             request_wakers: Vec::new(),
             allow,
             armed: None,
+            tick_ns,
             now: 0,
             timer: timer.as_raw_fd(),
             origin,
@@ -265,6 +330,8 @@ impl Shared {
             new_requests: 0,
             closed: false,
             leader: false,
+            leader_blocking: false,
+            waiter_stats: TransportStats::default(),
             in_leader: false,
             kick: false,
             request_sleepers: 0,
@@ -282,6 +349,8 @@ impl Shared {
             origin,
             closed: AtomicBool::new(false),
             busy_poll,
+            waiter,
+            wake_waiter,
         });
         let driver = Arc::clone(&shared);
         let thread =
@@ -309,12 +378,17 @@ impl Shared {
     }
 
     fn release(&self, mut inner: MutexGuard<'_, Inner>) {
-        let wakers = mem::take(&mut inner.to_wake);
+        let wakers =
+            if inner.to_wake.is_empty() { Vec::new() } else { mem::take(&mut inner.to_wake) };
         let new = mem::take(&mut inner.new_requests).min(inner.request_sleepers);
         let kick = mem::take(&mut inner.kick);
+        let blocked = inner.leader_blocking;
         drop(inner);
         if kick {
-            signal(self.kick.as_raw_fd());
+            match &self.wake_waiter {
+                Some(wake) if blocked => (wake.0)(),
+                _ => signal(self.kick.as_raw_fd()),
+            }
         }
         for _ in 0..new {
             self.requests_ready.notify_one();
@@ -331,12 +405,12 @@ impl Shared {
         }
         inner.blind = !on;
         inner.grace = None;
-        let events = if on { libc::EPOLLIN as u32 } else { 0 };
-        let mut ev = libc::epoll_event { events, u64: TOKEN_SOCKET };
+        // Removed from the epoll set, not just muted: a muted entry still sits on the
+        // socket's wait queue and costs every arriving packet a callback.
+        let op = if on { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_DEL };
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: TOKEN_SOCKET };
         // SAFETY: both descriptors are open; ev is a valid epoll_event.
-        let rc = unsafe {
-            libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, self.readiness, &mut ev)
-        };
+        let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, self.readiness, &mut ev) };
         if rc < 0 {
             tracing::error!("epoll_ctl: {}", io::Error::last_os_error());
         }
@@ -370,8 +444,12 @@ impl Shared {
         if inner.request_sleepers > 0 || !inner.calls.is_empty() {
             self.watch_transport(inner, true);
         } else if inner.blind {
-            inner.grace = Some(inner.now + LEADER_GRACE);
-            inner.settle(false); // arms the timer for the grace period
+            // On a tick boundary, like the endpoint's timers: calls in a loop then keep
+            // one grace deadline for a whole tick instead of moving it (and the timerfd).
+            let tick = inner.tick_ns;
+            inner.grace = Some((inner.now + LEADER_GRACE).div_ceil(tick) * tick);
+            let next = inner.next_deadline();
+            inner.arm(next, false); // for the grace period
         }
     }
 
@@ -384,23 +462,79 @@ impl Shared {
 
     /// Leads (see the module docs) until `done` holds, the socket closes or `until`
     /// passes. Returns `false` at once if another thread leads.
-    fn lead(&self, until: Option<std::time::Instant>, done: impl Fn(&Inner) -> bool) -> bool {
-        let claimed = self.claim(&mut self.lock());
-        if claimed {
-            self.lead_claimed(until, done);
+    /// Once done, `then` runs on the locked state (e.g. to take what was waited for) and
+    /// its result is returned.
+    fn lead<R>(
+        &self,
+        until: Option<std::time::Instant>,
+        done: impl Fn(&Inner) -> bool,
+        then: impl FnOnce(&mut Inner) -> R,
+    ) -> Option<R> {
+        let mut inner = self.lock();
+        if !self.claim(&mut inner) {
+            self.release(inner);
+            return None;
         }
-        claimed
+        Some(self.lead_locked(inner, until, done, then))
     }
 
     /// [`lead`](Shared::lead) for a thread that has claimed leadership already.
-    fn lead_claimed(&self, until: Option<std::time::Instant>, done: impl Fn(&Inner) -> bool) {
-        let mut inner = self.lock();
+    fn lead_claimed<R>(
+        &self,
+        until: Option<std::time::Instant>,
+        done: impl Fn(&Inner) -> bool,
+        then: impl FnOnce(&mut Inner) -> R,
+    ) -> R {
+        self.lead_locked(self.lock(), until, done, then)
+    }
+
+    fn lead_locked<'a, R>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        until: Option<std::time::Instant>,
+        done: impl Fn(&Inner) -> bool,
+        then: impl FnOnce(&mut Inner) -> R,
+    ) -> R {
+        // Sleep in the transport's own receive call when there is one, unless a deadline
+        // (it has no timeout) or busy polling (it needs `poll`) is asked for.
+        let waiter = self.waiter.as_ref().filter(|_| until.is_none() && self.busy_poll.is_none());
         loop {
             let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
             if inner.closed || done(&inner) || expired {
                 self.step_down(&mut inner);
+                let r = then(&mut inner);
                 self.release(inner);
-                return;
+                return r;
+            }
+            if let Some(waiter) = waiter {
+                inner.leader_blocking = true;
+                self.release(inner);
+                let mut w = waiter.lock().unwrap_or_else(|e| e.into_inner());
+                let (waiter, batch) = &mut *w;
+                batch.clear();
+                let result = waiter.wait(batch);
+                inner = self.lock();
+                inner.leader_blocking = false;
+                inner.in_leader = true;
+                if let Err(e) = result {
+                    tracing::error!("receive failed: {e}");
+                }
+                let now = inner.clock(self.now());
+                inner.waiter_stats = waiter.stats();
+                while let Some(u) = waiter.poll_unreachable() {
+                    inner.endpoint.handle_unreachable(u.peer, u.port);
+                }
+                inner.feed(now, batch);
+                if batch.is_full() {
+                    inner.receive(now); // more may be waiting
+                }
+                drop(w);
+                // The leader has just received, as the driver thread does before running
+                // timers: it runs those due itself, so that a busy socket's timer ticks
+                // (each RPC arms one) do not wake the driver thread every millisecond.
+                inner.settle(true);
+                inner.in_leader = false;
+                continue;
             }
             self.release(inner);
             let kicked = self.await_input(until);
@@ -448,9 +582,9 @@ impl Shared {
     /// nobody leads.
     pub(crate) fn wait_call(&self, c: &Completion, claimed: bool) -> Result<Vec<u8>> {
         if claimed {
-            self.lead_claimed(None, |_| c.is_done());
+            self.lead_claimed(None, |_| c.is_done(), |_| ());
         } else {
-            self.lead(None, |_| c.is_done());
+            self.lead(None, |_| c.is_done(), |_| ());
         }
         c.wait()
     }
@@ -458,7 +592,10 @@ impl Shared {
     /// Blocks until a request is queued; `Error::TimedOut` after `timeout`.
     pub(crate) fn next_request(&self, timeout: Option<Duration>) -> Result<Incoming> {
         let end = timeout.map(|t| std::time::Instant::now() + t);
-        self.lead(end, |inner| !inner.requests.is_empty());
+        let take = |inner: &mut Inner| if inner.closed { None } else { inner.requests.pop_front() };
+        if let Some(Some(r)) = self.lead(end, |inner| !inner.requests.is_empty(), take) {
+            return Ok(r);
+        }
         let mut inner = self.lock();
         loop {
             if inner.closed {
@@ -505,6 +642,7 @@ impl Shared {
         let mut inner = self.lock();
         if !inner.closed {
             inner.closed = true;
+            inner.kick = true; // a leader blocked in the waiter must see it
             inner.fail_all();
             inner.requests.clear();
             let wakers = mem::take(&mut inner.request_wakers);
@@ -538,22 +676,33 @@ impl Shared {
             if n <= 0 {
                 continue; // EINTR
             }
+            let mut fired = false;
             for ev in &events[..n as usize] {
                 match ev.u64 {
-                    TOKEN_TIMER => clear(self.timer.as_raw_fd()),
+                    TOKEN_TIMER => {
+                        clear(self.timer.as_raw_fd());
+                        fired = true;
+                    }
                     TOKEN_WAKE => clear(self.wake.as_raw_fd()),
                     _ => {}
                 }
             }
             let mut inner = self.lock();
+            if fired {
+                inner.armed = None; // consumed: the next settle arms it again
+            }
             let now = inner.clock(self.now());
             inner.counters.wakeups += 1;
             if inner.grace.is_some_and(|g| g <= now) {
                 self.need_driver(&mut inner);
             }
             // Timers run only once what had arrived is handled: a response waiting in the
-            // socket queue must count before its RPC is judged silent.
-            inner.receive(now);
+            // socket queue must count before its RPC is judged silent. A leader blocked in
+            // the waiter's receive takes it instead: this thread must not, or it could
+            // swallow the datagram that wakes the leader.
+            if !inner.leader_blocking {
+                inner.receive(now);
+            }
             inner.settle(true);
             self.release(inner);
         }
@@ -574,23 +723,40 @@ impl Inner {
                 tracing::error!("receive failed: {e}");
                 break;
             }
-            for i in 0..rx.len() {
-                let (d, bytes) = rx.get(i);
-                if !self.allowed(d.addr) {
-                    self.counters.dropped_by_allow_list += 1;
-                    continue;
-                }
-                for packet in d.packets(bytes) {
-                    // Malformed packets are counted by the endpoint; nothing else to do.
-                    let _ = self.endpoint.handle_packet(now, d.addr, packet);
-                    self.drain(now);
-                }
-            }
+            self.feed(now, &rx);
             if !rx.is_full() {
                 break;
             }
         }
         self.rx = rx;
+    }
+
+    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits).
+    fn feed(&mut self, now: Instant, rx: &Batch) {
+        for i in 0..rx.len() {
+            let (d, bytes) = rx.get(i);
+            if !self.allowed(d.addr) {
+                self.counters.dropped_by_allow_list += 1;
+                continue;
+            }
+            for packet in d.packets(bytes) {
+                // Malformed packets are counted by the endpoint; nothing else to do.
+                let _ = self.endpoint.handle_packet(now, d.addr, packet);
+                self.drain(now);
+            }
+        }
+    }
+
+    /// The transport's counters, with what the waiter received.
+    pub(crate) fn transport_stats(&self) -> TransportStats {
+        let (t, w) = (self.transport.stats(), self.waiter_stats);
+        TransportStats {
+            rx_datagrams: t.rx_datagrams + w.rx_datagrams,
+            rx_calls: t.rx_calls + w.rx_calls,
+            rx_dropped: t.rx_dropped + w.rx_dropped,
+            unreachable: t.unreachable + w.unreachable,
+            ..t
+        }
     }
 
     /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
@@ -624,9 +790,13 @@ impl Inner {
 
     /// The earliest of the endpoint's deadline and the calls' deadlines.
     fn next_deadline(&mut self) -> Option<Instant> {
+        let mut next = self.endpoint.poll_timeout();
         let user = self.deadlines.first().map(|&(when, _)| when);
         let grace = self.grace.filter(|_| !self.leader);
-        [self.endpoint.poll_timeout(), user, grace].into_iter().flatten().min()
+        for d in [user, grace].into_iter().flatten() {
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
+        next
     }
 
     /// Drains, sends, and feeds back what the transport learned (unreachable peers); with
@@ -660,20 +830,36 @@ impl Inner {
                 self.endpoint.handle_timeout(now);
                 continue;
             }
-            self.arm(next, now);
+            self.arm(next, timers && rounds > 0);
             return;
         }
     }
 
-    /// Makes sure the timerfd fires by `deadline`. A timer already set to fire earlier is
-    /// left alone (waking early is harmless: the driver finds nothing due and re-arms),
-    /// which saves a system call on most calls.
-    fn arm(&mut self, deadline: Option<Instant>, now: Instant) {
+    /// Makes sure the timerfd fires by `deadline`. A timer set to fire no later is left
+    /// alone, even one that has fired already but whose expiry the driver thread has not
+    /// consumed yet: the driver will wake, find what is due, and re-arm. (Waking early is
+    /// harmless.) `timerfd_settime` is a costly system call, in a VM especially, so most
+    /// settles must not make it: an overdue deadline, e.g. a timer the driver thread is
+    /// about to run, must not re-arm on every call. Only when this thread has just run
+    /// what was due (`ran`) is an expired timer moved to the next deadline, which spares
+    /// the driver thread a wake-up for nothing.
+    ///
+    /// Timer ticks (deadlines on a tick boundary) fire `TICK_SLACK` late: the timers of a
+    /// busy socket are then run by its leader (which runs what is due after receiving),
+    /// and the timer is moved on before it fires.
+    fn arm(&mut self, deadline: Option<Instant>, ran: bool) {
         let Some(d) = deadline else { return };
-        if self.armed.is_some_and(|a| a > now && a <= d) {
+        let fire = if d % self.tick_ns == 0 { d + TICK_SLACK } else { d };
+        let keep = match self.armed {
+            Some(a) if ran => a == fire,
+            Some(a) => a <= fire,
+            None => false,
+        };
+        if keep {
             return;
         }
-        self.armed = Some(d);
+        self.armed = Some(fire);
+        let d = fire;
         // An absolute time already past fires at once.
         let at = self.origin + d.max(1);
         let spec = libc::itimerspec {

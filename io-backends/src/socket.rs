@@ -353,7 +353,7 @@ impl Socket {
     pub fn metrics(&self) -> Metrics {
         self.shared.with(|inner, _| Metrics {
             core: inner.endpoint.metrics(),
-            transport: inner.transport.stats(),
+            transport: inner.transport_stats(),
             dropped_by_allow_list: inner.counters.dropped_by_allow_list,
             wakeups: inner.counters.wakeups,
             pending_calls: inner.pending_calls() as u64,

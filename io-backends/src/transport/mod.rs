@@ -284,6 +284,43 @@ pub trait Transport: Send + fmt::Debug {
 
     /// Counters so far.
     fn stats(&self) -> TransportStats;
+
+    /// Optionally, a way for a thread to wait for datagrams in the receive system call
+    /// itself, without the transport (the driver holds the transport under a lock that a
+    /// waiting thread must not keep). Saves the `poll` before each receive. Called at most
+    /// once, before any other call; `None` (the default) keeps the driver on `poll`.
+    fn waiter(&mut self) -> Option<WaitHandle> {
+        None
+    }
+}
+
+/// A receiver that blocks in the kernel ([`Transport::waiter`]), and how to wake it.
+pub struct WaitHandle {
+    /// Receives for the waiting thread.
+    pub waiter: Box<dyn Waiter>,
+    /// Makes a thread blocked in [`Waiter::wait`] return soon, from any thread.
+    pub wake: Box<dyn Fn() + Send + Sync>,
+}
+
+impl fmt::Debug for WaitHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitHandle").field("waiter", &self.waiter).finish_non_exhaustive()
+    }
+}
+
+/// Receives datagrams of a transport outside it, blocking ([`Transport::waiter`]).
+pub trait Waiter: Send + fmt::Debug {
+    /// Blocks until a datagram arrives, then appends it and whatever else is waiting to
+    /// `batch` (until full), like [`Transport::recv`]. May return with nothing: after a
+    /// wake-up, a signal or an error report; the caller decides whether to wait again.
+    fn wait(&mut self, batch: &mut Batch) -> io::Result<()>;
+
+    /// A peer found unreachable by [`wait`](Waiter::wait) since the last call.
+    fn poll_unreachable(&mut self) -> Option<Unreachable>;
+
+    /// Counters of what [`wait`](Waiter::wait) received so far (the transport's own
+    /// counters do not include them).
+    fn stats(&self) -> TransportStats;
 }
 
 /// A peer a transport found unreachable; becomes `Endpoint::handle_unreachable`.

@@ -4,13 +4,15 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::sys::{self, MmsgScratch, RecvMode, Reports};
-use super::{Batch, IPPROTO_HOMA, Transport, TransportKind, TransportStats, Unreachable};
+use super::{
+    Batch, IPPROTO_HOMA, Transport, TransportKind, TransportStats, Unreachable, WaitHandle, Waiter,
+};
 use crate::error::{Error, Result};
 
 /// Datagrams per `sendmmsg` / `recvmmsg`.
@@ -37,6 +39,8 @@ pub struct SocketTransport {
     gso: bool,
     /// Receive with UDP GRO: the kernel may coalesce datagrams from one peer.
     gro: bool,
+    /// Empty datagrams from here are the waiter's wake-ups (see [`Transport::waiter`]).
+    kick_from: Option<SocketAddr>,
 }
 
 impl SocketTransport {
@@ -88,6 +92,7 @@ impl SocketTransport {
             (libc::IPPROTO_IP, libc::IP_RECVERR)
         };
         sys::setsockopt_int(fd, level, recverr, 1)?;
+        sys::set_default_tos(fd, v6)?;
         // UDP segmentation offload, where the kernel has it (Linux 4.18+).
         let udp = kind == TransportKind::Udp;
         let gso = udp && sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
@@ -105,7 +110,14 @@ impl SocketTransport {
             unreachable: VecDeque::new(),
             gso,
             gro,
+            kick_from: None,
         })
+    }
+
+    fn recv_mode(&self, block: bool) -> RecvMode {
+        let raw = self.raw();
+        let kick_from = self.kick_from;
+        RecvMode { raw, strip_ipv4: raw && !self.v6, gro: self.gro, block, kick_from, vlen: 0 }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -166,10 +178,131 @@ impl Transport for SocketTransport {
     }
 
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()> {
-        let (fd, raw) = (self.fd(), self.raw());
-        let mode = RecvMode { raw, strip_ipv4: raw && !self.v6, gro: self.gro };
+        let (fd, raw, mode) = (self.fd(), self.raw(), self.recv_mode(false));
         let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw };
         sys::recv_batch(fd, batch, &mut self.rx, mode, &mut r)
+    }
+
+    fn poll_unreachable(&mut self) -> Option<Unreachable> {
+        self.unreachable.pop_front()
+    }
+
+    fn stats(&self) -> TransportStats {
+        self.stats
+    }
+
+    /// UDP only: the waiter blocks in `recvmmsg` on a duplicate of the socket (which turns
+    /// to blocking mode; every other call here passes `MSG_DONTWAIT`), and is woken by an
+    /// empty datagram from a socket of its own. (A raw IP socket would show such a
+    /// wake-up to every raw socket of the address, so raw IP keeps `poll`.)
+    fn waiter(&mut self) -> Option<WaitHandle> {
+        if self.raw() || self.kick_from.is_some() {
+            return None;
+        }
+        let made = (|| -> io::Result<WaitHandle> {
+            let target = match self.local.ip() {
+                ip if ip.is_unspecified() && self.v6 => {
+                    SocketAddr::new(Ipv6Addr::LOCALHOST.into(), self.local.port())
+                }
+                ip if ip.is_unspecified() => {
+                    SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.local.port())
+                }
+                _ => self.local,
+            };
+            let any: SocketAddr = if self.v6 {
+                (Ipv6Addr::UNSPECIFIED, 0).into()
+            } else {
+                (Ipv4Addr::UNSPECIFIED, 0).into()
+            };
+            let kicker = UdpSocket::bind(any)?;
+            kicker.connect(target)?;
+            kicker.set_nonblocking(true)?;
+            let from = kicker.local_addr()?;
+            let from = SocketAddr::new(from.ip().to_canonical(), from.port());
+            // Check that a wake-up arrives (it is delivered during the send on the local
+            // host); a waiter that cannot be woken must not be used.
+            kicker.send(&[])?;
+            let mut probe = [0u8; 1];
+            let got = self.socket.recv_from(probe_buf(&mut probe))?;
+            let came = got.1.as_socket().map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()));
+            if got.0 != 0 || came != Some(from) {
+                return Err(io::Error::other("the wake-up datagram did not come back"));
+            }
+            let fd = self.socket.try_clone()?;
+            fd.set_nonblocking(false)?; // shared with self.socket: every other call passes MSG_DONTWAIT
+            let mut mode = self.recv_mode(true);
+            mode.kick_from = Some(from);
+            let waiter = SocketWaiter {
+                socket: fd,
+                scratch: MmsgScratch::new(BATCH),
+                mode,
+                vlen: 1,
+                since_probe: 0,
+                stats: TransportStats::default(),
+                unreachable: VecDeque::new(),
+            };
+            self.kick_from = Some(from);
+            let wake = Box::new(move || {
+                let _ = kicker.send(&[]);
+            });
+            Ok(WaitHandle { waiter: Box::new(waiter), wake })
+        })();
+        match made {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::debug!("no blocking receive for {:?}: {e}", self.local);
+                let _ = self.socket.set_nonblocking(true);
+                None
+            }
+        }
+    }
+}
+
+/// `probe` as the uninitialised-bytes buffer socket2's `recv_from` takes.
+fn probe_buf(probe: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
+    // SAFETY: initialised bytes are valid MaybeUninit bytes, and the kernel only writes
+    // initialised values into them.
+    unsafe { &mut *(std::ptr::from_mut(probe) as *mut [std::mem::MaybeUninit<u8>]) }
+}
+
+/// [`SocketTransport`]'s [`Waiter`]: `recvmmsg` with `MSG_WAITFORONE` on a blocking
+/// duplicate of the socket.
+struct SocketWaiter {
+    socket: Socket,
+    scratch: MmsgScratch,
+    mode: RecvMode,
+    /// Datagrams to ask for: 1 while waits find the queue empty (each datagram asked for
+    /// beyond those queued costs the kernel a failed attempt); doubled while they fill it.
+    vlen: usize,
+    /// Waits since the last one that asked for 2 to see if datagrams queue up.
+    since_probe: u32,
+    stats: TransportStats,
+    unreachable: VecDeque<Unreachable>,
+}
+
+impl fmt::Debug for SocketWaiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SocketWaiter").field("fd", &self.socket.as_raw_fd()).finish()
+    }
+}
+
+impl Waiter for SocketWaiter {
+    fn wait(&mut self, batch: &mut Batch) -> io::Result<()> {
+        let raw = self.mode.raw;
+        let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw };
+        // Every 16th wait asks for at least 2: a full batch means datagrams queue up.
+        self.since_probe += 1;
+        let vlen = if self.vlen == 1 && self.since_probe >= 16 { 2 } else { self.vlen };
+        if vlen > 1 {
+            self.since_probe = 0;
+        }
+        let mode = RecvMode { vlen, ..self.mode };
+        let before = r.stats.rx_datagrams + r.stats.rx_dropped;
+        let result =
+            sys::recv_batch(self.socket.as_raw_fd(), batch, &mut self.scratch, mode, &mut r);
+        let got = (self.stats.rx_datagrams + self.stats.rx_dropped - before) as usize;
+        self.vlen = if vlen > 1 && got >= vlen { (vlen * 2).min(BATCH) } else { 1 };
+        result
     }
 
     fn poll_unreachable(&mut self) -> Option<Unreachable> {

@@ -76,8 +76,24 @@ pub(super) fn read_sockaddr(storage: &libc::sockaddr_storage) -> Option<SocketAd
     }
 }
 
+/// The priority whose TOS / traffic class sockets carry by default ([`set_default_tos`]):
+/// the highest, that of control packets and the shortest messages. Packets at this level
+/// need no control message (the kernel parses each one; that is measurable per packet).
+pub(super) const DEFAULT_PRIORITY: u8 = 7;
+
+/// Sets the socket's TOS (IPv4) or traffic class (IPv6) to that of [`DEFAULT_PRIORITY`].
+pub(super) fn set_default_tos(fd: RawFd, v6: bool) -> io::Result<()> {
+    let tos = i32::from(tos_for_priority(DEFAULT_PRIORITY));
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, tos)
+    }
+}
+
 /// Fills `msg`'s control buffer with the TOS (IPv4) or traffic class (IPv6) for Homa
-/// `priority` and, if given, the UDP GSO segment size.
+/// `priority` (unless it is the socket's default, [`DEFAULT_PRIORITY`]) and, if given, the
+/// UDP GSO segment size. Without either, `msg` carries no control data.
 ///
 /// # Safety
 /// `msg.msg_control` must point to a [`CmsgBuf`] that outlives the use of `msg`.
@@ -87,21 +103,29 @@ pub(super) unsafe fn set_cmsgs(
     priority: u8,
     segment: Option<u16>,
 ) {
+    let tos = priority != DEFAULT_PRIORITY;
     // SAFETY: pure arithmetic macros.
     let (int_space, u16_space) =
         unsafe { (libc::CMSG_SPACE(mem::size_of::<libc::c_int>() as u32), libc::CMSG_SPACE(2)) };
-    msg.msg_controllen = (int_space + if segment.is_some() { u16_space } else { 0 }) as usize;
+    msg.msg_controllen =
+        (if tos { int_space } else { 0 } + if segment.is_some() { u16_space } else { 0 }) as usize;
+    if msg.msg_controllen == 0 {
+        msg.msg_control = ptr::null_mut();
+        return;
+    }
     // SAFETY: msg_control points to a CmsgBuf (64 bytes, 8-aligned: the caller's
     // contract), which holds both messages; the CMSG macros stay inside msg_controllen.
     unsafe {
-        let c = libc::CMSG_FIRSTHDR(msg);
-        (*c).cmsg_level = if v6 { libc::IPPROTO_IPV6 } else { libc::IPPROTO_IP };
-        (*c).cmsg_type = if v6 { libc::IPV6_TCLASS } else { libc::IP_TOS };
-        (*c).cmsg_len = libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) as usize;
-        let tos = libc::c_int::from(tos_for_priority(priority));
-        ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), tos);
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        if tos {
+            (*c).cmsg_level = if v6 { libc::IPPROTO_IPV6 } else { libc::IPPROTO_IP };
+            (*c).cmsg_type = if v6 { libc::IPV6_TCLASS } else { libc::IP_TOS };
+            (*c).cmsg_len = libc::CMSG_LEN(mem::size_of::<libc::c_int>() as u32) as usize;
+            let tos = libc::c_int::from(tos_for_priority(priority));
+            ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), tos);
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
         if let Some(size) = segment {
-            let c = libc::CMSG_NXTHDR(msg, c);
             (*c).cmsg_level = libc::SOL_UDP;
             (*c).cmsg_type = libc::UDP_SEGMENT;
             (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
@@ -119,6 +143,10 @@ pub(super) struct MmsgScratch {
     cmsgs: Vec<CmsgBuf>,
     /// Per message: the batch datagrams it carries (first, count).
     runs: Vec<(usize, usize)>,
+    /// Receiving: the batch buffer, first slot and count the headers point to, and how
+    /// many headers the last call may have changed (the rest are still set up).
+    prepared: Option<(usize, usize, usize, bool)>,
+    touched: usize,
 }
 
 // SAFETY: the raw pointers inside are rewritten before every system call and never
@@ -135,6 +163,31 @@ impl MmsgScratch {
             names: vec![name; n],
             cmsgs: vec![CmsgBuf::ZERO; n],
             runs: vec![(0, 0); n],
+            prepared: None,
+            touched: 0,
+        }
+    }
+
+    /// Points headers `..want` at slots `first..` of `batch`. Only the headers the last
+    /// call touched are reset when nothing else changed (the kernel rewrites lengths and
+    /// flags; a receive usually touches one or two of 32).
+    fn prepare_recv(&mut self, batch: &mut Batch, first: usize, want: usize, gro: bool) {
+        let key = (batch.slot_mut(first).as_ptr() as usize, first, want, gro);
+        let count = if self.prepared == Some(key) { self.touched.min(want) } else { want };
+        self.prepared = Some(key);
+        for i in 0..count {
+            let slot = batch.slot_mut(first + i);
+            self.iovs[i] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
+            let msg = &mut self.hdrs[i].msg_hdr;
+            msg.msg_name = ptr::from_mut(&mut self.names[i]).cast();
+            msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
+            msg.msg_iov = &raw mut self.iovs[i];
+            msg.msg_iovlen = 1;
+            (msg.msg_control, msg.msg_controllen) = match gro {
+                true => (self.cmsgs[i].0.as_mut_ptr().cast(), mem::size_of::<CmsgBuf>()),
+                false => (ptr::null_mut(), 0),
+            };
+            msg.msg_flags = 0;
         }
     }
 }
@@ -237,8 +290,31 @@ fn send_some(
     let (mut i, mut retried) = (0, false);
     while i < n {
         // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch`) and control
-        // buffers set up above; the kernel only reads them.
-        let sent = unsafe { libc::sendmmsg(fd, s.hdrs[i..].as_mut_ptr(), (n - i) as u32, 0) };
+        // buffers set up above; the kernel only reads them. One message goes with
+        // sendmsg (or sendto, without control data), which cost the kernel less than a
+        // batch of one.
+        let sent = unsafe {
+            if n - i == 1 {
+                let h = &s.hdrs[i].msg_hdr;
+                let rc = if h.msg_controllen == 0 {
+                    let iov = &*h.msg_iov;
+                    let name = h.msg_name.cast::<libc::sockaddr>();
+                    libc::sendto(
+                        fd,
+                        iov.iov_base,
+                        iov.iov_len,
+                        libc::MSG_DONTWAIT,
+                        name,
+                        h.msg_namelen,
+                    )
+                } else {
+                    libc::sendmsg(fd, h, libc::MSG_DONTWAIT)
+                };
+                if rc >= 0 { 1 } else { -1 }
+            } else {
+                libc::sendmmsg(fd, s.hdrs[i..].as_mut_ptr(), (n - i) as u32, libc::MSG_DONTWAIT)
+            }
+        };
         r.stats.tx_calls += 1;
         if sent > 0 {
             let sent = sent as usize;
@@ -296,9 +372,18 @@ pub(super) struct RecvMode {
     pub(super) strip_ipv4: bool,
     /// UDP GRO is on: a datagram may hold several packets (segment size in a cmsg).
     pub(super) gro: bool,
+    /// Block until one datagram arrives (the socket must be in blocking mode), then take
+    /// what else is waiting.
+    pub(super) block: bool,
+    /// Empty datagrams from this address are wake-ups ([`super::Waiter`]), not packets.
+    pub(super) kick_from: Option<SocketAddr>,
+    /// Most datagrams to take (0: as many as the batch holds).
+    pub(super) vlen: usize,
 }
 
-/// Receives into `batch` with one `recvmmsg`, without blocking.
+/// Receives into `batch` with one `recvmmsg`: without blocking, or with `mode.block`
+/// waiting for the first datagram. A blocking receive may return with nothing (a signal,
+/// an ICMP error report, a wake-up datagram).
 pub(super) fn recv_batch(
     fd: RawFd,
     batch: &mut Batch,
@@ -307,41 +392,41 @@ pub(super) fn recv_batch(
     r: &mut Reports<'_>,
 ) -> io::Result<()> {
     let first = batch.len();
-    let want = (batch.capacity() - first).min(s.hdrs.len());
+    let mut want = (batch.capacity() - first).min(s.hdrs.len());
+    if mode.vlen > 0 {
+        want = want.min(mode.vlen);
+    }
     if want == 0 {
         return Ok(());
     }
-    for i in 0..want {
-        let slot = batch.slot_mut(first + i);
-        s.iovs[i] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
-        let msg = &mut s.hdrs[i].msg_hdr;
-        msg.msg_name = ptr::from_mut(&mut s.names[i]).cast();
-        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
-        msg.msg_iov = &raw mut s.iovs[i];
-        msg.msg_iovlen = 1;
-        (msg.msg_control, msg.msg_controllen) = match mode.gro {
-            true => (s.cmsgs[i].0.as_mut_ptr().cast(), mem::size_of::<CmsgBuf>()),
-            false => (ptr::null_mut(), 0),
-        };
-        msg.msg_flags = 0;
-    }
+    s.prepare_recv(batch, first, want, mode.gro);
+    let flags = if mode.block { libc::MSG_WAITFORONE } else { libc::MSG_DONTWAIT };
     let got = loop {
         // SAFETY: hdrs[..want] point to live names and to distinct slots of `batch`, which
-        // stays mutably borrowed (unused otherwise) for the whole call.
+        // stays mutably borrowed (unused otherwise) for the whole call. One message is
+        // received with recvmsg, cheaper in the kernel than a batch of one.
         let got = unsafe {
-            libc::recvmmsg(
-                fd,
-                s.hdrs.as_mut_ptr(),
-                want as u32,
-                libc::MSG_DONTWAIT,
-                ptr::null_mut(),
-            )
+            if want == 1 {
+                let flags = if mode.block { 0 } else { libc::MSG_DONTWAIT };
+                let n = libc::recvmsg(fd, &mut s.hdrs[0].msg_hdr, flags);
+                if n >= 0 {
+                    s.hdrs[0].msg_len = n as u32;
+                    1
+                } else {
+                    -1
+                }
+            } else {
+                libc::recvmmsg(fd, s.hdrs.as_mut_ptr(), want as u32, flags, ptr::null_mut())
+            }
         };
         if got >= 0 {
+            s.touched = got as usize + 1;
             break got as usize;
         }
+        s.touched = 1;
         let err = io::Error::last_os_error();
         match err.raw_os_error().unwrap_or(0) {
+            libc::EINTR if mode.block => return Ok(()),
             libc::EINTR => continue,
             // Nothing to read. (The error queue needs no look here: every ICMP error also
             // fails one send or receive, and that drains it.)
@@ -349,6 +434,9 @@ pub(super) fn recv_batch(
             errno if is_unreachable(errno) => {
                 // A pending ICMP error, reported once: details are in the error queue.
                 drain_errors(fd, r);
+                if mode.block {
+                    return Ok(());
+                }
                 continue;
             }
             _ => return Err(err),
@@ -367,6 +455,9 @@ pub(super) fn recv_batch(
             r.stats.rx_dropped += 1;
             continue;
         };
+        if len == 0 && mode.kick_from == Some(from) {
+            continue; // a wake-up, not a packet
+        }
         let (src, dst) = (first + i, batch.len());
         let mut offset = 0;
         if mode.strip_ipv4 {

@@ -1,0 +1,461 @@
+//! `homa bench throughput`: large messages over loopback, one and several in flight, Homa
+//! against TCP, interleaved in rounds; with the CPU time and system calls they cost.
+
+use std::collections::VecDeque;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use homa_io::{Config, Payload, Socket, TransportKind};
+use serde_json::{Value, json};
+
+use super::{Answer, HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, write_json};
+use crate::error::Error;
+use crate::logging;
+use crate::stats::{cpu_time, host_json};
+
+/// Throughput of large messages over loopback: Homa vs TCP, in the same run.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  homa bench throughput
+  homa bench throughput --in-flight 1,8 --mtu 65535 --seconds 1 --json tput.json
+  homa bench throughput --echo
+
+Each contender runs in this process: a server thread answering each request (with \
+--response bytes, or with the request itself under --echo) and callers keeping --in-flight \
+requests outstanding: for Homa one thread with that many calls in flight on one socket, for \
+TCP that many connections (TCP_NODELAY), each with one length-framed message at a time and \
+its own thread at both ends. Gbit/s counts request and response bytes. Contenders take turns \
+(--rounds turns of --seconds each, order rotating), so load from elsewhere hits all alike. \
+Homa's pacer is set to 1 Tbit/s; --mtu sets the largest IP packet Homa sends (the loopback \
+device takes 65,536 bytes; with 1500 UDP GSO/GRO batch packets where the kernel can). \
+CPU is this process's user + system time (both ends), per GB moved and as cores busy.")]
+pub(crate) struct Args {
+    /// Request size in bytes (Homa's largest message is 1,000,000).
+    #[arg(long, default_value_t = 1_000_000)]
+    size: usize,
+    /// Requests in flight (comma-separated levels).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
+    in_flight: Vec<usize>,
+    /// Homa MTUs to run (comma-separated; each is a contender).
+    #[arg(long, value_delimiter = ',', default_values_t = [1500, 65535])]
+    mtu: Vec<u32>,
+    /// Homa transports to run (comma-separated: udp, ip, uring, uring-ip).
+    #[arg(long, value_delimiter = ',', default_values_t = [TransportKind::Udp])]
+    transport: Vec<TransportKind>,
+    /// Seconds per turn.
+    #[arg(long, default_value_t = 0.5)]
+    seconds: f64,
+    /// Turns per contender and level.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Response size in bytes (cp_node --one-way answers with 100).
+    #[arg(long, default_value_t = 100)]
+    response: usize,
+    /// Answer with the request itself instead.
+    #[arg(long)]
+    echo: bool,
+    /// Leave TCP out (to profile Homa alone).
+    #[arg(long)]
+    no_tcp: bool,
+    /// Write the results as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// More log output; RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// What one or more turns of a contender at one level measured.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cell {
+    messages: u64,
+    bytes: u64,
+    secs: f64,
+    cpu_user: f64,
+    cpu_sys: f64,
+    errors: u64,
+    /// Homa only: transport counters of both sockets.
+    datagrams: u64,
+    syscalls: u64,
+    retransmitted: u64,
+    wakeups: u64,
+    /// Homa only: packets dropped (endpoints, transports: refused sends, bad datagrams).
+    drops: u64,
+}
+
+impl Cell {
+    fn add(&mut self, o: &Cell) {
+        self.messages += o.messages;
+        self.bytes += o.bytes;
+        self.secs += o.secs;
+        self.cpu_user += o.cpu_user;
+        self.cpu_sys += o.cpu_sys;
+        self.errors += o.errors;
+        self.datagrams += o.datagrams;
+        self.syscalls += o.syscalls;
+        self.retransmitted += o.retransmitted;
+        self.wakeups += o.wakeups;
+        self.drops += o.drops;
+    }
+
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.secs.max(1e-9) / 1e9
+    }
+
+    fn cpu_per_gb(&self) -> f64 {
+        (self.cpu_user + self.cpu_sys) / (self.bytes as f64 / 1e9).max(1e-12)
+    }
+
+    fn cores(&self) -> f64 {
+        (self.cpu_user + self.cpu_sys) / self.secs.max(1e-9)
+    }
+}
+
+enum Kind {
+    Homa(HomaPair),
+    Tcp { _server: TcpServer, conns: Vec<TcpConn> },
+}
+
+struct Contender {
+    name: String,
+    kind: Option<Kind>,
+    /// Why it could not be set up.
+    skipped: Option<String>,
+    /// Per level, summed over rounds.
+    cells: Vec<Cell>,
+}
+
+impl Contender {
+    fn new(name: String, kind: Result<Kind, String>, levels: usize) -> Contender {
+        let (kind, skipped) = match kind {
+            Ok(k) => (Some(k), None),
+            Err(why) => (None, Some(why)),
+        };
+        Contender { name, kind, skipped, cells: vec![Cell::default(); levels] }
+    }
+}
+
+/// Sums of the transport counters of a pair's two sockets.
+fn homa_counters(pair: &HomaPair) -> [u64; 5] {
+    let (c, s) = (pair.client.metrics(), pair.server.metrics());
+    let t = |m: &homa_io::Metrics| {
+        [
+            m.transport.tx_datagrams + m.transport.rx_datagrams,
+            m.transport.tx_calls + m.transport.rx_calls,
+            m.core.retransmitted_packets,
+            m.wakeups,
+            m.core.drops.total() + m.transport.tx_dropped + m.transport.rx_dropped,
+        ]
+    };
+    let (a, b) = (t(&c), t(&s));
+    std::array::from_fn(|i| a[i] + b[i])
+}
+
+/// Keeps `n` calls in flight for `secs`, then lets the last ones finish.
+fn homa_turn(
+    pair: &HomaPair,
+    n: usize,
+    secs: f64,
+    payload: &Arc<Vec<u8>>,
+    response: usize,
+) -> Cell {
+    let dest = pair.dest();
+    let before = homa_counters(pair);
+    let cpu0 = cpu_time();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let mut cell = Cell::default();
+    let mut calls = VecDeque::with_capacity(n);
+    let mut issuing = true;
+    loop {
+        while issuing && calls.len() < n {
+            let message = Payload::shared(Arc::clone(payload) as _);
+            match pair.client.call_async(dest, message, Some(Duration::from_secs(10))) {
+                Ok(call) => calls.push_back(call),
+                Err(e) => {
+                    tracing::debug!("call refused: {e}");
+                    cell.errors += 1;
+                    break;
+                }
+            }
+        }
+        let Some(call) = calls.pop_front() else { break };
+        match call.wait() {
+            Ok(r) => {
+                cell.messages += 1;
+                cell.bytes += (payload.len() + r.len()) as u64;
+                debug_assert!(response == usize::MAX || r.len() == response);
+            }
+            Err(e) => {
+                tracing::debug!("call failed: {e}");
+                cell.errors += 1;
+            }
+        }
+        issuing = Instant::now() < end;
+    }
+    cell.secs = start.elapsed().as_secs_f64();
+    let cpu1 = cpu_time();
+    let after = homa_counters(pair);
+    cell.cpu_user = cpu1.0 - cpu0.0;
+    cell.cpu_sys = cpu1.1 - cpu0.1;
+    cell.datagrams = after[0] - before[0];
+    cell.syscalls = after[1] - before[1];
+    cell.retransmitted = after[2] - before[2];
+    cell.wakeups = after[3] - before[3];
+    cell.drops = after[4] - before[4];
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let (c, s) = (pair.client.metrics(), pair.server.metrics());
+        tracing::debug!(client = ?c.core.drops, client_transport = ?c.transport, server = ?s.core.drops, server_transport = ?s.transport, "counters");
+    }
+    cell
+}
+
+/// `n` connections, each sending one message at a time for `secs` from its own thread.
+fn tcp_turn(conns: &mut [TcpConn], n: usize, secs: f64, payload: &[u8], response: u32) -> Cell {
+    let cpu0 = cpu_time();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let per: Vec<(u64, u64, u64)> = std::thread::scope(|s| {
+        let threads: Vec<_> = conns[..n]
+            .iter_mut()
+            .map(|conn| {
+                s.spawn(move || {
+                    let (mut messages, mut bytes, mut errors) = (0, 0, 0);
+                    let mut buf = Vec::new();
+                    loop {
+                        let r =
+                            conn.send(payload, Some(response)).and_then(|()| conn.recv(&mut buf));
+                        match r {
+                            Ok(()) => {
+                                messages += 1;
+                                bytes += (payload.len() + buf.len()) as u64;
+                            }
+                            Err(e) => {
+                                tracing::warn!("tcp: {e}");
+                                errors += 1;
+                                break;
+                            }
+                        }
+                        if Instant::now() >= end {
+                            break;
+                        }
+                    }
+                    (messages, bytes, errors)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap_or((0, 0, 1))).collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let cpu1 = cpu_time();
+    Cell {
+        messages: per.iter().map(|p| p.0).sum(),
+        bytes: per.iter().map(|p| p.1).sum(),
+        errors: per.iter().map(|p| p.2).sum(),
+        secs,
+        cpu_user: cpu1.0 - cpu0.0,
+        cpu_sys: cpu1.1 - cpu0.1,
+        ..Cell::default()
+    }
+}
+
+pub(crate) fn run(args: &Args) -> Result<(), Error> {
+    logging::init(args.verbose, "warn");
+    if !(1..=1_000_000).contains(&args.size) || !(1..=1_000_000).contains(&args.response) {
+        return Err(Error::Input("--size and --response must be 1..=1000000".into()));
+    }
+    if args.in_flight.is_empty() || args.in_flight.contains(&0) || args.rounds == 0 {
+        return Err(Error::Input("--in-flight levels and --rounds must be positive".into()));
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        return Err(Error::Input("--seconds must be positive".into()));
+    }
+    let max_level = *args.in_flight.iter().max().expect("not empty");
+    let answer = if args.echo { Answer::Echo } else { Answer::Fixed(args.response) };
+    let tcp_response = if args.echo { u32::MAX } else { args.response as u32 };
+    let payload = Arc::new((0..args.size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let host_before = host_json();
+
+    let mut all = Vec::new();
+    let mut n = 10u8;
+    for &kind in &args.transport {
+        for &mtu in &args.mtu {
+            n += 1;
+            let config = Config { timeout_ticks: 2000, ..Config::default() };
+            let builder = Socket::builder().config(config).link_mbps(LOOPBACK_MBPS).mtu(mtu);
+            let pair = HomaPair::open(&builder, kind, n, answer).map_err(|e| e.to_string());
+            let name = match &pair {
+                Ok(p) if p.used() != kind => format!("homa/{kind} (as {}) mtu {mtu}", p.used()),
+                _ => format!("homa/{kind} mtu {mtu}"),
+            };
+            all.push(Contender::new(name, pair.map(Kind::Homa), args.in_flight.len()));
+        }
+    }
+    let tcp = if args.no_tcp { Err(std::io::Error::other("left out (--no-tcp)")) } else { Ok(()) };
+    let tcp = tcp.and_then(|()| TcpServer::start(max_level)).and_then(|server| {
+        let conns =
+            (0..max_level).map(|_| server.connect()).collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Kind::Tcp { _server: server, conns })
+    });
+    all.push(Contender::new("tcp".into(), tcp.map_err(|e| e.to_string()), args.in_flight.len()));
+
+    let started = Instant::now();
+    let count = all.len();
+    for (li, &level) in args.in_flight.iter().enumerate() {
+        for round in 0..args.rounds {
+            for i in 0..count {
+                let c = &mut all[(round + i + li) % count];
+                let cell = match &mut c.kind {
+                    Some(Kind::Homa(pair)) => homa_turn(
+                        pair,
+                        level,
+                        args.seconds,
+                        &payload,
+                        if args.echo { usize::MAX } else { args.response },
+                    ),
+                    Some(Kind::Tcp { conns, .. }) => {
+                        tcp_turn(conns, level, args.seconds, &payload, tcp_response)
+                    }
+                    None => continue,
+                };
+                tracing::info!(contender = %c.name, level, round, gbps = cell.gbps(), "turn");
+                c.cells[li].add(&cell);
+            }
+        }
+    }
+    let wall = started.elapsed();
+    for c in &mut all {
+        c.kind = None; // shuts servers and sockets down
+    }
+
+    let json = to_json(args, &all, wall, host_before);
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", table(args, &all, wall)).map_err(Error::io("writing standard output"))?;
+    if let Some(path) = &args.json {
+        write_json(path, &json)?;
+    }
+    Ok(())
+}
+
+fn tcp_cell(all: &[Contender], li: usize) -> Option<Cell> {
+    all.iter().find(|c| c.name == "tcp").map(|c| c.cells[li]).filter(|c| c.bytes > 0)
+}
+
+fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value {
+    let mut results = Vec::new();
+    for (li, &level) in args.in_flight.iter().enumerate() {
+        let tcp = tcp_cell(all, li);
+        for c in all {
+            let cell = c.cells[li];
+            if cell.messages == 0 && cell.errors == 0 {
+                continue;
+            }
+            let mb = cell.bytes as f64 / 1e6;
+            let homa = c.name != "tcp";
+            results.push(json!({
+                "contender": c.name,
+                "in_flight": level,
+                "gbps": cell.gbps(),
+                "vs_tcp": tcp.map(|t| cell.gbps() / t.gbps()),
+                "messages": cell.messages,
+                "bytes": cell.bytes,
+                "seconds": cell.secs,
+                "errors": cell.errors,
+                "cpu_user_s": cell.cpu_user,
+                "cpu_system_s": cell.cpu_sys,
+                "cpu_s_per_gb": cell.cpu_per_gb(),
+                "cores_busy": cell.cores(),
+                "datagrams_per_mb": homa.then(|| cell.datagrams as f64 / mb),
+                "syscalls_per_mb": homa.then(|| cell.syscalls as f64 / mb),
+                "retransmitted_packets": homa.then_some(cell.retransmitted),
+                "driver_wakeups": homa.then_some(cell.wakeups),
+                "dropped_packets": homa.then_some(cell.drops),
+            }));
+        }
+    }
+    let skipped: Vec<Value> = all
+        .iter()
+        .filter_map(|c| c.skipped.as_ref().map(|why| json!({ "contender": c.name, "reason": why })))
+        .collect();
+    json!({
+        "bench": "throughput",
+        "size_bytes": args.size,
+        "response_bytes": if args.echo { Value::from("echo") } else { Value::from(args.response) },
+        "in_flight": args.in_flight,
+        "seconds_per_turn": args.seconds,
+        "rounds": args.rounds,
+        "link_mbps": LOOPBACK_MBPS,
+        "wall_s": wall.as_secs_f64(),
+        "results": results,
+        "skipped": skipped,
+        "host": host,
+        "load_average_1min_after": crate::stats::load_average(),
+    })
+}
+
+fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let response =
+        if args.echo { "echoed".to_string() } else { format!("{} B responses", args.response) };
+    let _ = writeln!(
+        s,
+        "homa bench throughput: {} B requests, {response}, loopback; {} turns of {} s per contender and level, interleaved ({:.1} s)",
+        args.size,
+        args.rounds,
+        args.seconds,
+        wall.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "{:>9}  {:<24} {:>8} {:>7} {:>9} {:>6} {:>12} {:>11}",
+        "in flight",
+        "contender",
+        "Gbit/s",
+        "vs tcp",
+        "CPU s/GB",
+        "cores",
+        "datagrams/MB",
+        "syscalls/MB"
+    );
+    for (li, &level) in args.in_flight.iter().enumerate() {
+        let tcp = tcp_cell(all, li);
+        for c in all {
+            let cell = c.cells[li];
+            if cell.messages == 0 {
+                if li == 0
+                    && let Some(why) = &c.skipped
+                {
+                    let _ = writeln!(s, "{:>9}  {:<24} skipped: {why}", "", c.name);
+                }
+                continue;
+            }
+            let mb = cell.bytes as f64 / 1e6;
+            let (dg, sc) = if c.name == "tcp" {
+                ("-".to_string(), "-".to_string())
+            } else {
+                (
+                    format!("{:.1}", cell.datagrams as f64 / mb),
+                    format!("{:.1}", cell.syscalls as f64 / mb),
+                )
+            };
+            let vs =
+                tcp.map_or("-".to_string(), |t| format!("{:.0}%", cell.gbps() / t.gbps() * 100.0));
+            let _ = writeln!(
+                s,
+                "{level:>9}  {:<24} {:>8.2} {vs:>7} {:>9.2} {:>6.2} {dg:>12} {sc:>11}",
+                c.name,
+                cell.gbps(),
+                cell.cpu_per_gb(),
+                cell.cores()
+            );
+            if cell.errors > 0 {
+                let _ = writeln!(s, "{:>9}  {:<24} {} failed calls", "", "", cell.errors);
+            }
+        }
+    }
+    s
+}

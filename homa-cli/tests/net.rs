@@ -1,0 +1,254 @@
+//! The networking commands as separate processes: `homa server` answering a client in this
+//! test (through homa_io), `homa client` and `homa bench` runs checked through their JSON.
+//! Loopback only; raw IP runs only as root (otherwise the reason is printed). Nothing here
+//! waits a fixed time: the server's readiness line and process exits are the signals.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use homa_io::{Config, Socket, TransportKind};
+use serde_json::Value;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A `homa server` child process, killed if the test ends early.
+struct Server {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    addr: SocketAddr,
+    transport: String,
+}
+
+impl Server {
+    /// Starts `homa server --port 0 --addr ip ...` and waits for its readiness line.
+    fn start(ip: IpAddr, extra: &[&str]) -> Server {
+        let ip = ip.to_string();
+        let mut args = vec!["server", "--port", "0", "--addr", &ip];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_homa"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("homa server starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("reading the server's stdout");
+        if line.is_empty() {
+            let mut err = String::new();
+            child.stderr.take().expect("piped").read_to_string(&mut err).ok();
+            panic!("homa server exited before it was ready: {err}");
+        }
+        // "listening on 127.0.0.1:12345 transport udp"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[..2], ["listening", "on"], "readiness line: {line}");
+        let addr = words[2].parse().unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(words[3], "transport", "readiness line: {line}");
+        Server { child, stdout, addr, transport: words[4].to_string() }
+    }
+
+    /// Sends SIGTERM, waits for the exit, and returns the rest of stdout (the summary).
+    fn terminate(mut self) -> String {
+        // SAFETY: kill with a live child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM delivered");
+        let status = self.child.wait().expect("the server exits");
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).expect("reading the summary");
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut err).ok();
+        }
+        assert!(status.success(), "homa server failed ({status}): {err}\n{rest}");
+        rest
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pattern that differs from byte to byte and between calls.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Echo RPCs of several sizes from this process to a `homa server` process, then a
+/// graceful stop on SIGTERM that reports what was served.
+fn echo_then_sigterm(kind: TransportKind, server_ip: IpAddr, client_ip: IpAddr) {
+    let server = Server::start(server_ip, &["--transport", kind.name()]);
+    assert_eq!(server.transport, kind.name());
+    // Debug builds on busy machines can stall for a while; allow it (correctness test).
+    let config = Config { timeout_ticks: 2000, ..Config::default() };
+    let client = Socket::builder().transport(kind).config(config).client(client_ip).unwrap();
+    let sizes = [1, 100, 1_500, 100_000, 1_000_000];
+    for (i, size) in sizes.into_iter().enumerate() {
+        let message = pattern(size, i as u8);
+        let response = client
+            .call(server.addr, message.clone(), None)
+            .unwrap_or_else(|e| panic!("{kind}: {size}-byte call: {e}"));
+        assert!(response == message, "{kind}: the {size}-byte echo differs");
+    }
+    client.shutdown();
+    let summary = server.terminate();
+    assert!(summary.contains("stopped by SIGTERM"), "summary: {summary}");
+    assert!(summary.contains(&format!("{} requests answered", sizes.len())), "summary: {summary}");
+}
+
+#[test]
+fn the_server_process_echoes_over_udp_and_stops_on_sigterm() {
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    echo_then_sigterm(TransportKind::Udp, ip, ip);
+}
+
+#[test]
+fn the_server_process_echoes_over_raw_ip_and_stops_on_sigterm() {
+    if !is_root() {
+        eprintln!("skipped: raw IP needs CAP_NET_RAW (run as root)");
+        return;
+    }
+    // Addresses of their own: a raw socket sees every Homa packet for its address.
+    let server = IpAddr::V4(Ipv4Addr::new(127, 146, 77, 1));
+    let client = IpAddr::V4(Ipv4Addr::new(127, 146, 77, 2));
+    echo_then_sigterm(TransportKind::Ip, server, client);
+}
+
+fn run_json(args: &[&str], json_path: &std::path::Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_homa")).args(args).output().expect("homa runs");
+    assert!(
+        out.status.success(),
+        "homa {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = std::fs::read_to_string(json_path).expect("the JSON file was written");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+#[test]
+fn the_client_loads_a_server_and_reports_json() {
+    let server = Server::start(IpAddr::V4(Ipv4Addr::LOCALHOST), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("client.json");
+    let (addr, p) = (server.addr.to_string(), path.to_str().unwrap().to_string());
+    let report = run_json(
+        &[
+            "client",
+            "--server",
+            &addr,
+            "--workload",
+            "w3",
+            "--rate",
+            "200",
+            "--duration",
+            "1",
+            "--seed",
+            "7",
+            "--json",
+            &p,
+            "--quiet",
+        ],
+        &path,
+    );
+    for field in
+        ["server", "transport", "workload", "requests", "throughput", "errors", "latency", "bins"]
+    {
+        assert!(report.get(field).is_some(), "no {field} in {report}");
+    }
+    assert_eq!(report["transport"], "udp");
+    assert_eq!(report["max_message_bytes"], 1_000_000);
+    let requests = &report["requests"];
+    let started = requests["started"].as_u64().unwrap();
+    assert!(started > 0, "{requests}");
+    assert_eq!(requests["completed"].as_u64().unwrap(), started, "{report}");
+    assert_eq!(requests["failed"], 0, "{report}");
+    assert_eq!(report["errors"].as_object().unwrap().len(), 0, "{report}");
+    assert!(report["latency"]["p50_us"].as_f64().unwrap() > 0.0);
+    let bins = report["bins"].as_array().unwrap();
+    assert!(!bins.is_empty());
+    let counted: u64 = bins.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, started, "every completed call is in a size bin");
+    for key in ["min_bytes", "max_bytes", "p50_us", "p99_us", "p999_us"] {
+        assert!(bins[0].get(key).is_some(), "no {key} in {}", bins[0]);
+    }
+    let summary = server.terminate();
+    assert!(summary.contains(&format!("{started} requests answered")), "summary: {summary}");
+}
+
+#[test]
+fn bench_rtt_reports_every_transport_or_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rtt.json");
+    let p = path.to_str().unwrap();
+    let report =
+        run_json(&["bench", "rtt", "--count", "200", "--round", "100", "--json", p], &path);
+    let contenders = report["contenders"].as_array().unwrap();
+    let names: Vec<&str> = contenders.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["homa/udp", "homa/uring", "homa/ip", "homa/uring-ip", "udp", "tcp"]);
+    for c in contenders {
+        match c["status"].as_str().unwrap() {
+            "ok" => {
+                assert_eq!(c["count"], 200, "{c}");
+                for key in ["p50_us", "p99_us", "p999_us", "rpcs_per_s", "p50_vs_udp", "p50_vs_tcp"]
+                {
+                    assert!(c.get(key).is_some(), "no {key} in {c}");
+                }
+            }
+            "skipped" => assert!(c["reason"].as_str().is_some_and(|r| !r.is_empty()), "{c}"),
+            other => panic!("{} {other}: {c}", c["name"]),
+        }
+    }
+    for always in ["homa/udp", "udp", "tcp"] {
+        let c = contenders.iter().find(|c| c["name"] == always).unwrap();
+        assert_eq!(c["status"], "ok", "{c}");
+    }
+    if is_root() {
+        let ip = contenders.iter().find(|c| c["name"] == "homa/ip").unwrap();
+        assert_eq!(ip["status"], "ok", "{ip}");
+    }
+    assert!(report["targets"]["homa_udp_p50_vs_udp"].as_f64().is_some(), "{report}");
+}
+
+#[test]
+fn bench_throughput_reports_homa_and_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tput.json");
+    let p = path.to_str().unwrap();
+    let args = [
+        "bench",
+        "throughput",
+        "--size",
+        "200000",
+        "--in-flight",
+        "1,2",
+        "--mtu",
+        "1500",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "1",
+        "--json",
+        p,
+    ];
+    let report = run_json(&args, &path);
+    let results = report["results"].as_array().unwrap();
+    for contender in ["homa/udp mtu 1500", "tcp"] {
+        for level in [1, 2] {
+            let r = results
+                .iter()
+                .find(|r| r["contender"] == contender && r["in_flight"] == level)
+                .unwrap_or_else(|| panic!("no {contender} at {level} in flight: {report}"));
+            assert!(r["messages"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["cpu_s_per_gb"].as_f64().is_some(), "{r}");
+        }
+    }
+}
