@@ -48,6 +48,18 @@ impl TimerQueue {
         self.recent_min = None;
     }
 
+    /// Drops the entries due at or before `tick` that `live` rejects (sorting the recent ones
+    /// if any of them is due by then), so `next_tick` is exact up to `tick`.
+    pub(crate) fn drop_stale(&mut self, tick: u64, mut live: impl FnMut(u64, RpcRef) -> bool) {
+        self.sort_recent(tick, &mut live);
+        while let Some(&Reverse((due, r))) = self.heap.peek() {
+            if due > tick || live(due, r) {
+                break;
+            }
+            self.heap.pop();
+        }
+    }
+
     /// Removes and returns a sorted entry due at or before `tick`.
     pub(crate) fn pop_due(&mut self, tick: u64) -> Option<(u64, RpcRef)> {
         let Reverse((due, _)) = self.heap.peek()?;
