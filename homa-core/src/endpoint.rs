@@ -829,8 +829,7 @@ impl Endpoint {
             cutoffs: self.config.advertised_cutoffs(),
             version: self.config.cutoff_version,
         };
-        let control =
-            Control { to: x.addr, sport: x.local_port, dport: x.remote_port, id: x.id, body };
+        let control = x.control(body);
         self.push_control(control);
     }
 
@@ -867,21 +866,16 @@ impl Endpoint {
         let message = m.buf;
         if x.is_client() {
             // The response completes the RPC: free it, and remember to ack the server.
-            let (id, cookie, peer, local_port, remote_port, addr) =
-                (x.id, x.cookie, x.peer, x.local_port, x.remote_port, x.addr);
+            let (id, cookie, peer, server_port) = (x.id, x.cookie, x.peer, x.remote_port);
+            // A full peer flushes its acks in an ACK packet that also names this RPC.
+            let flush = x.control(ControlBody::Ack { acks: [Ack::NONE; MAX_ACKS], count: 0 });
             self.metrics.responses_received += 1;
             self.events.push_back(Event::ResponseReceived { id, cookie, message });
             self.end_rpc(r);
-            let ack = Ack { client_id: id, server_port: remote_port };
-            if let Some(acks) = self.peers.get_mut(peer).add_ack(ack) {
+            if let Some(acks) = self.peers.get_mut(peer).add_ack(Ack { client_id: id, server_port })
+            {
                 let body = ControlBody::Ack { acks, count: MAX_ACKS as u8 };
-                self.push_control(Control {
-                    to: addr,
-                    sport: local_port,
-                    dport: remote_port,
-                    id,
-                    body,
-                });
+                self.push_control(Control { body, ..flush });
             }
         } else {
             x.state = State::InService;
@@ -1050,13 +1044,7 @@ impl Endpoint {
                     self.end_rpc(r);
                     return;
                 }
-                let need_ack = Control {
-                    to: x.addr,
-                    sport: x.local_port,
-                    dport: x.remote_port,
-                    id: x.id,
-                    body: ControlBody::NeedAck,
-                };
+                let need_ack = x.control(ControlBody::NeedAck);
                 self.push_control(need_ack);
             }
             self.arm(r, tick + 1);
@@ -1145,20 +1133,23 @@ impl Endpoint {
     fn request_retransmission(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get(r) else { return };
         let priority = self.config.num_priorities - 1;
-        let (to, sport, dport, id) = (x.addr, x.local_port, x.remote_port, x.id);
-        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        let limit = self.config.max_pending_control;
+        let mut resend = |offset, length| {
+            let body = ControlBody::Resend { offset, length, priority };
+            if !self.tx.push_control(x.control(body), limit) {
+                self.metrics.control_overflow += 1;
+            }
+        };
         match x.msgin.as_ref() {
             Some(m) => {
-                ranges.extend(m.gaps.iter().map(|g| (g.start, g.end - g.start)));
+                for g in &m.gaps {
+                    resend(g.start, g.end - g.start);
+                }
                 if m.granted > m.recv_end {
-                    ranges.push((m.recv_end, m.granted - m.recv_end));
+                    resend(m.recv_end, m.granted - m.recv_end);
                 }
             }
-            None => ranges.push((0, wire::resend::ALL_SENT)),
-        }
-        for (offset, length) in ranges {
-            let body = ControlBody::Resend { offset, length, priority };
-            self.push_control(Control { to, sport, dport, id, body });
+            None => resend(0, wire::resend::ALL_SENT),
         }
     }
 

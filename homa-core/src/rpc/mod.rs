@@ -14,6 +14,7 @@ pub(crate) use table::{AddrKey, RpcRef, RpcTable};
 use crate::msg::incoming::InMessage;
 use crate::msg::outgoing::OutMessage;
 use crate::peer::PeerId;
+use crate::sched::tx::{Control, ControlBody};
 
 /// Hash state for the endpoint's maps: seeded from `Config::seed`, so runs are reproducible
 /// and peers cannot predict bucket collisions without the seed.
@@ -70,6 +71,17 @@ pub(crate) struct TimerState {
 impl Rpc {
     pub(crate) fn is_client(&self) -> bool {
         crate::wire::is_client_id(self.id)
+    }
+
+    /// A control packet about this RPC, to its peer.
+    pub(crate) fn control(&self, body: ControlBody) -> Control {
+        Control {
+            to: self.addr,
+            sport: self.local_port,
+            dport: self.remote_port,
+            id: self.id,
+            body,
+        }
     }
 
     /// Bytes held for this RPC's messages (for `wmem_max` and `max_rx_bytes` accounting).

@@ -352,14 +352,8 @@ impl Grants {
         self.total_incoming =
             self.total_incoming + u64::from(rec_incoming) - u64::from(m.rec_incoming);
         m.rec_incoming = rec_incoming;
-        let grant = ControlBody::Grant { offset: m.granted, priority };
-        let control = Control {
-            to: r.addr,
-            sport: r.local_port,
-            dport: r.remote_port,
-            id: r.id,
-            body: grant,
-        };
+        let offset = m.granted;
+        let control = r.control(ControlBody::Grant { offset, priority });
         cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
@@ -433,14 +427,8 @@ impl Grants {
         let Some(r) = cx.rpcs.get_mut(rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted = m.granted.saturating_add(increment).min(m.length);
-        let grant = ControlBody::Grant { offset: m.granted, priority };
-        let control = Control {
-            to: r.addr,
-            sport: r.local_port,
-            dport: r.remote_port,
-            id: r.id,
-            body: grant,
-        };
+        let offset = m.granted;
+        let control = r.control(ControlBody::Grant { offset, priority });
         cx.metrics.fifo_grants += 1;
         self.update_incoming(cx, rpc);
         push_control(cx, control);
