@@ -43,7 +43,7 @@ const TIMER_ROUNDS: usize = 8;
 const TICK_SLACK: Instant = 250_000;
 /// How long the driver thread stays off the transport after a leader leaves, expecting it
 /// (or another) back: a thread calling in a loop then costs no epoll_ctl per call.
-const LEADER_GRACE: Instant = 1_000_000;
+const LEADER_GRACE: Instant = 4_000_000;
 
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
@@ -189,6 +189,8 @@ pub(crate) struct Inner {
     allow: Vec<Cidr>,
     /// When the timerfd fires (until the driver thread consumes the expiry).
     armed: Option<Instant>,
+    /// The deadline `armed` was set for.
+    armed_for: Instant,
     /// The endpoint's timer tick in nanoseconds.
     tick_ns: Instant,
     /// The time when the lock was last taken (nanoseconds since the driver started).
@@ -321,6 +323,7 @@ impl Shared {
             request_wakers: Vec::new(),
             allow,
             armed: None,
+            armed_for: 0,
             tick_ns,
             now: 0,
             timer: timer.as_raw_fd(),
@@ -444,12 +447,19 @@ impl Shared {
         if inner.request_sleepers > 0 || !inner.calls.is_empty() {
             self.watch_transport(inner, true);
         } else if inner.blind {
-            // On a tick boundary, like the endpoint's timers: calls in a loop then keep
-            // one grace deadline for a whole tick instead of moving it (and the timerfd).
-            let tick = inner.tick_ns;
-            inner.grace = Some((inner.now + LEADER_GRACE).div_ceil(tick) * tick);
-            let next = inner.next_deadline();
-            inner.arm(next, false); // for the grace period
+            // Moved only when less than half of it is left: calls in a loop then keep one
+            // grace deadline for a while instead of moving it (and the timerfd) each time.
+            // It is a lower bound: watching resumes between half and all of
+            // `LEADER_GRACE` after the last leader left.
+            let now = inner.now;
+            if inner.grace.is_none_or(|g| g < now + LEADER_GRACE / 2) {
+                // On a tick boundary, like the endpoint's timers (one timerfd setting
+                // serves both).
+                let tick = inner.tick_ns;
+                inner.grace = Some((now + LEADER_GRACE).div_ceil(tick) * tick);
+                let next = inner.next_deadline();
+                inner.arm(next); // for the grace period
+            }
         }
     }
 
@@ -576,6 +586,40 @@ impl Shared {
         });
         poll(timeout);
         fds[1].revents != 0
+    }
+
+    /// A blocking call: starts it and waits for its result in one go (one lock hold from
+    /// sending to sleeping when this thread leads).
+    pub(crate) fn call(
+        &self,
+        port: u16,
+        dest: SocketAddr,
+        message: Payload,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>> {
+        let mut inner = self.lock();
+        let now = inner.clock(self.now());
+        // Claimed before sending, so a fast answer cannot slip to the driver thread.
+        let leading = self.claim(&mut inner);
+        let started = inner.start_call(now, port, dest, message, timeout);
+        inner.settle(false);
+        let completion = match started {
+            Ok((_, c)) => c,
+            Err(e) => {
+                if leading {
+                    self.step_down(&mut inner);
+                }
+                self.release(inner);
+                return Err(e);
+            }
+        };
+        if leading {
+            self.lead_locked(inner, None, |_| completion.is_done(), |_| ());
+        } else {
+            self.release(inner);
+            self.lead(None, |_| completion.is_done(), |_| ());
+        }
+        completion.wait()
     }
 
     /// Blocks until call `c` completes, leading if this thread `claimed` leadership or
@@ -731,8 +775,10 @@ impl Inner {
         self.rx = rx;
     }
 
-    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits).
+    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits), draining
+    /// its output after each packet but the last (the caller settles next, which drains).
     fn feed(&mut self, now: Instant, rx: &Batch) {
+        let mut pending = false;
         for i in 0..rx.len() {
             let (d, bytes) = rx.get(i);
             if !self.allowed(d.addr) {
@@ -740,9 +786,12 @@ impl Inner {
                 continue;
             }
             for packet in d.packets(bytes) {
+                if mem::take(&mut pending) {
+                    self.drain(now);
+                }
                 // Malformed packets are counted by the endpoint; nothing else to do.
                 let _ = self.endpoint.handle_packet(now, d.addr, packet);
-                self.drain(now);
+                pending = true;
             }
         }
     }
@@ -799,23 +848,20 @@ impl Inner {
         next
     }
 
-    /// Drains, sends, and feeds back what the transport learned (unreachable peers); with
-    /// `timers`, handles expired call deadlines and due endpoint timers; finally arms the
-    /// timerfd with the next deadline. Call before releasing the lock after any input. API
+    /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,
+    /// handles expired call deadlines and due endpoint timers; arms the timerfd with the
+    /// next deadline; and sends. Call before releasing the lock after any input. API
     /// threads pass `timers = false`: the driver thread runs timers, after draining
-    /// arrivals.
+    /// arrivals (and so does a leader after receiving).
+    ///
+    /// The send comes last: on a machine where both ends share a core, whatever a thread
+    /// does between sending and sleeping delays the peer it just woke.
     pub(crate) fn settle(&mut self, timers: bool) {
         let now = self.now;
         let mut rounds = 0;
         loop {
             self.drain(now);
-            self.flush();
-            let mut fed = false;
-            while let Some(u) = self.transport.poll_unreachable() {
-                self.endpoint.handle_unreachable(u.peer, u.port);
-                fed = true;
-            }
-            if fed {
+            if self.feed_unreachable() {
                 continue;
             }
             let next = self.next_deadline();
@@ -830,34 +876,56 @@ impl Inner {
                 self.endpoint.handle_timeout(now);
                 continue;
             }
-            self.arm(next, timers && rounds > 0);
+            self.arm(next);
+            self.flush();
+            if self.feed_unreachable() {
+                continue; // refused sends: the endpoint has more to say
+            }
             return;
         }
     }
 
-    /// Makes sure the timerfd fires by `deadline`. A timer set to fire no later is left
-    /// alone, even one that has fired already but whose expiry the driver thread has not
-    /// consumed yet: the driver will wake, find what is due, and re-arm. (Waking early is
-    /// harmless.) `timerfd_settime` is a costly system call, in a VM especially, so most
-    /// settles must not make it: an overdue deadline, e.g. a timer the driver thread is
-    /// about to run, must not re-arm on every call. Only when this thread has just run
-    /// what was due (`ran`) is an expired timer moved to the next deadline, which spares
-    /// the driver thread a wake-up for nothing.
+    /// Hands the endpoint the peers the transport found unreachable; whether there were.
+    fn feed_unreachable(&mut self) -> bool {
+        let mut fed = false;
+        while let Some(u) = self.transport.poll_unreachable() {
+            self.endpoint.handle_unreachable(u.peer, u.port);
+            fed = true;
+        }
+        fed
+    }
+
+    /// Makes sure the timerfd fires by `deadline`, with as few `timerfd_settime` calls as
+    /// possible (each costs microseconds, in a VM especially; most settles must not make
+    /// one):
     ///
-    /// Timer ticks (deadlines on a tick boundary) fire `TICK_SLACK` late: the timers of a
-    /// busy socket are then run by its leader (which runs what is due after receiving),
-    /// and the timer is moved on before it fires.
-    fn arm(&mut self, deadline: Option<Instant>, ran: bool) {
+    /// - Timer ticks (deadlines on a tick boundary) fire `TICK_SLACK` late: the timers of
+    ///   a busy socket are then run by its leader (which runs what is due after
+    ///   receiving), and the timer is moved on before it fires.
+    /// - A timer set to fire earlier than needed is left alone unless it would fire within
+    ///   a tick: deadlines move later all the time (an RPC ends and its timer entry goes),
+    ///   and whoever settles before it fires moves it then. One about to fire for nothing
+    ///   is moved, which spares the driver thread a wake-up (and the lock hand-over).
+    ///   So is one that has fired (and not yet been consumed) for a deadline no longer
+    ///   there.
+    /// - A timer set to fire later is always moved earlier.
+    ///
+    /// Without a deadline the timer is left as it is (it may wake the driver once for
+    /// nothing).
+    fn arm(&mut self, deadline: Option<Instant>) {
         let Some(d) = deadline else { return };
+        if self.armed.is_some() && self.armed_for == d {
+            return; // the common case: nothing moved
+        }
         let fire = if d % self.tick_ns == 0 { d + TICK_SLACK } else { d };
         let keep = match self.armed {
-            Some(a) if ran => a == fire,
-            Some(a) => a <= fire,
+            Some(a) => a == fire || (a < fire && a > self.now + self.tick_ns),
             None => false,
         };
         if keep {
             return;
         }
+        self.armed_for = d;
         self.armed = Some(fire);
         let d = fire;
         // An absolute time already past fires at once.

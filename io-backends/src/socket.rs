@@ -276,7 +276,7 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>> {
-        self.start(dest, message.into(), timeout, true)?.wait()
+        self.shared.call(self.port, dest, message.into(), timeout)
     }
 
     /// Starts a call and returns it as a [`Call`]: a future of the response (any

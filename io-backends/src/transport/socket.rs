@@ -6,6 +6,8 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -19,6 +21,46 @@ use crate::error::{Error, Result};
 pub(crate) const BATCH: usize = 32;
 /// Socket buffer size asked for: enough for a few 1,000,000-byte messages in flight.
 const SOCKET_BUFFER: i32 = 8 << 20;
+/// A datagram this long (a full packet of a multi-packet message, at any usual MTU) turns
+/// UDP GRO on ([`Gro`]) and makes the waiter ask for more than one datagram.
+const BULK_DATAGRAM: usize = 1_024;
+
+/// UDP receive offload, turned on lazily. With GRO on, every receive must fetch control
+/// data (the segment size of coalesced datagrams), so it needs `recvmsg` and cannot use
+/// the cheaper `recvfrom`; small-message traffic gains nothing from GRO. So it starts off
+/// and is switched on, once and for good, when a datagram of a multi-packet message
+/// ([`BULK_DATAGRAM`]) arrives. Datagrams queued before that were split by the kernel on
+/// arrival, so nothing coalesced is ever read without its segment size. (Receives are
+/// never concurrent: the driver serializes the transport's and the waiter's.)
+#[derive(Debug)]
+struct Gro(AtomicU8);
+
+impl Gro {
+    const UNSUPPORTED: u8 = 0;
+    const OFF: u8 = 1;
+    const ON: u8 = 2;
+
+    fn on(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Gro::ON
+    }
+
+    /// Turns GRO on if it is off and `batch` (from `first` on) holds a bulk datagram.
+    fn after_recv(&self, fd: RawFd, batch: &Batch, first: usize) {
+        if self.0.load(Ordering::Relaxed) != Gro::OFF
+            || !(first..batch.len()).any(|i| batch.get(i).0.len >= BULK_DATAGRAM)
+        {
+            return;
+        }
+        let state = match sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1) {
+            Ok(()) => Gro::ON,
+            Err(e) => {
+                tracing::debug!("UDP GRO refused: {e}");
+                Gro::UNSUPPORTED
+            }
+        };
+        self.0.store(state, Ordering::Relaxed);
+    }
+}
 
 /// Homa over a UDP socket (the UDP payload is the Homa packet) or a raw IP socket of
 /// protocol 146 (the IP payload is the Homa packet, as the Linux module sends it).
@@ -37,8 +79,9 @@ pub struct SocketTransport {
     pub(super) unreachable: VecDeque<Unreachable>,
     /// Send runs of full-size datagrams to one peer as one UDP GSO message.
     gso: bool,
-    /// Receive with UDP GRO: the kernel may coalesce datagrams from one peer.
-    gro: bool,
+    /// Receive with UDP GRO (once bulk data arrives): the kernel may coalesce datagrams
+    /// from one peer. Shared with the waiter.
+    gro: Arc<Gro>,
     /// Empty datagrams from here are the waiter's wake-ups (see [`Transport::waiter`]).
     kick_from: Option<SocketAddr>,
 }
@@ -96,7 +139,9 @@ impl SocketTransport {
         // UDP segmentation offload, where the kernel has it (Linux 4.18+).
         let udp = kind == TransportKind::Udp;
         let gso = udp && sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
-        let gro = udp && sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        // GRO: only whether the kernel knows the option (it starts off; see `Gro`).
+        let gro = udp && sys::setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 0).is_ok();
+        let gro = Arc::new(Gro(AtomicU8::new(if gro { Gro::OFF } else { Gro::UNSUPPORTED })));
         let local =
             socket.local_addr()?.as_socket().ok_or(io::Error::from(io::ErrorKind::InvalidInput))?;
         Ok(SocketTransport {
@@ -117,7 +162,7 @@ impl SocketTransport {
     fn recv_mode(&self, block: bool) -> RecvMode {
         let raw = self.raw();
         let kick_from = self.kick_from;
-        RecvMode { raw, strip_ipv4: raw && !self.v6, gro: self.gro, block, kick_from, vlen: 0 }
+        RecvMode { raw, strip_ipv4: raw && !self.v6, gro: self.gro.on(), block, kick_from, vlen: 0 }
     }
 
     pub(super) fn fd(&self) -> RawFd {
@@ -180,7 +225,10 @@ impl Transport for SocketTransport {
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()> {
         let (fd, raw, mode) = (self.fd(), self.raw(), self.recv_mode(false));
         let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw };
-        sys::recv_batch(fd, batch, &mut self.rx, mode, &mut r)
+        let first = batch.len();
+        let result = sys::recv_batch(fd, batch, &mut self.rx, mode, &mut r);
+        self.gro.after_recv(fd, batch, first);
+        result
     }
 
     fn poll_unreachable(&mut self) -> Option<Unreachable> {
@@ -236,6 +284,7 @@ impl Transport for SocketTransport {
                 socket: fd,
                 scratch: MmsgScratch::new(BATCH),
                 mode,
+                gro: Arc::clone(&self.gro),
                 vlen: 1,
                 since_probe: 0,
                 stats: TransportStats::default(),
@@ -265,16 +314,21 @@ fn probe_buf(probe: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
     unsafe { &mut *(std::ptr::from_mut(probe) as *mut [std::mem::MaybeUninit<u8>]) }
 }
 
+/// How often a waiter that receives one datagram at a time asks for two.
+const PROBE_EVERY: u32 = 64;
+
 /// [`SocketTransport`]'s [`Waiter`]: `recvmmsg` with `MSG_WAITFORONE` on a blocking
 /// duplicate of the socket.
 struct SocketWaiter {
     socket: Socket,
     scratch: MmsgScratch,
     mode: RecvMode,
+    gro: Arc<Gro>,
     /// Datagrams to ask for: 1 while waits find the queue empty (each datagram asked for
     /// beyond those queued costs the kernel a failed attempt); doubled while they fill it.
     vlen: usize,
-    /// Waits since the last one that asked for 2 to see if datagrams queue up.
+    /// Waits since the last one that asked for 2 to see if datagrams queue up; after a
+    /// bulk datagram ([`BULK_DATAGRAM`]) the next wait asks at once.
     since_probe: u32,
     stats: TransportStats,
     unreachable: VecDeque<Unreachable>,
@@ -290,18 +344,23 @@ impl Waiter for SocketWaiter {
     fn wait(&mut self, batch: &mut Batch) -> io::Result<()> {
         let raw = self.mode.raw;
         let mut r = Reports { stats: &mut self.stats, unreachable: &mut self.unreachable, raw };
-        // Every 16th wait asks for at least 2: a full batch means datagrams queue up.
+        // Every 64th wait asks for at least 2: a full batch means datagrams queue up.
         self.since_probe += 1;
-        let vlen = if self.vlen == 1 && self.since_probe >= 16 { 2 } else { self.vlen };
+        let vlen = if self.vlen == 1 && self.since_probe >= PROBE_EVERY { 2 } else { self.vlen };
         if vlen > 1 {
             self.since_probe = 0;
         }
-        let mode = RecvMode { vlen, ..self.mode };
+        let mode = RecvMode { vlen, gro: self.gro.on(), ..self.mode };
         let before = r.stats.rx_datagrams + r.stats.rx_dropped;
-        let result =
-            sys::recv_batch(self.socket.as_raw_fd(), batch, &mut self.scratch, mode, &mut r);
+        let first = batch.len();
+        let fd = self.socket.as_raw_fd();
+        let result = sys::recv_batch(fd, batch, &mut self.scratch, mode, &mut r);
         let got = (self.stats.rx_datagrams + self.stats.rx_dropped - before) as usize;
         self.vlen = if vlen > 1 && got >= vlen { (vlen * 2).min(BATCH) } else { 1 };
+        if batch.len() > first && batch.get(batch.len() - 1).0.len >= BULK_DATAGRAM {
+            self.since_probe = PROBE_EVERY; // bulk data: more is likely queued behind it
+        }
+        self.gro.after_recv(fd, batch, first);
         result
     }
 
