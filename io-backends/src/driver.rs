@@ -144,6 +144,22 @@ impl Completion {
         self.done.load(Ordering::Acquire)
     }
 
+    /// Blocks until the result is there or `until` passes (then `None`).
+    fn wait_until(&self, until: std::time::Instant) -> Option<Result<Vec<u8>>> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = s.result.take() {
+                return Some(r);
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            s.sleeping = true;
+            s = self.cv.wait_timeout(s, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
     /// Blocks until the result is there.
     fn wait(&self) -> Result<Vec<u8>> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -178,7 +194,11 @@ pub(crate) struct Incoming {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) endpoint: Endpoint,
-    pub(crate) transport: Box<dyn Transport>,
+    /// `None` once closed: the socket (and its port) is released at shutdown, even while
+    /// requests, calls or pollers still hold the shared state.
+    transport: Option<Box<dyn Transport>>,
+    /// The transport's counters at close.
+    closed_stats: TransportStats,
     tx: Batch,
     rx: Batch,
     calls: HashMap<u64, PendingCall, IdHash>,
@@ -219,6 +239,12 @@ pub(crate) struct Inner {
     blind: bool,
     /// When a blind driver thread without a leader resumes watching.
     grace: Option<Instant>,
+    /// An event loop drives the socket through a [`Poller`](crate::Poller): it watches
+    /// the transport and receives; the driver thread only runs timers (and drains the
+    /// socket before it does), and only the loop's thread may lead.
+    attached: bool,
+    /// The thread of the attached event loop (the last one that drove).
+    loop_thread: Option<std::thread::ThreadId>,
 }
 
 /// What API threads and the driver thread share.
@@ -239,19 +265,29 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     busy_poll: Option<Duration>,
     /// The transport's blocking receiver, if it has one ([`Transport::waiter`]), with a
-    /// batch of its own; used by the leader only.
-    waiter: Option<Mutex<(Box<dyn Waiter>, Batch)>>,
-    /// Wakes a leader blocked in the waiter.
-    wake_waiter: Option<WakeWaiter>,
+    /// batch of its own; used by the leader only; `None` once closed.
+    waiter: Mutex<Option<(Box<dyn Waiter>, Batch)>>,
+    /// Whether the transport has a waiter at all.
+    has_waiter: bool,
+    /// Wakes a leader blocked in the waiter; `None` once closed.
+    wake_waiter: Mutex<Option<WakeWaiter>>,
 }
 
-/// [`WaitHandle::wake`](crate::transport::WaitHandle::wake), printable.
-struct WakeWaiter(Box<dyn Fn() + Send + Sync>);
+/// [`WaitHandle::wake`](crate::transport::WaitHandle::wake) and
+/// [`WaitHandle::shutdown`](crate::transport::WaitHandle::shutdown), printable.
+struct WakeWaiter {
+    wake: Box<dyn Fn() + Send + Sync>,
+    shutdown: Box<dyn Fn() + Send + Sync>,
+}
 
 impl std::fmt::Debug for WakeWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("WakeWaiter")
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn monotonic_ns() -> u64 {
@@ -304,17 +340,19 @@ impl Shared {
         }
         let (waiter, wake_waiter) = match transport.waiter() {
             Some(h) => (
-                Some(Mutex::new((h.waiter, Batch::new(BATCH, RECV_SLOT_LEN)))),
-                Some(WakeWaiter(h.wake)),
+                Some((h.waiter, Batch::new(BATCH, RECV_SLOT_LEN))),
+                Some(WakeWaiter { wake: h.wake, shutdown: h.shutdown }),
             ),
             None => (None, None),
         };
+        let has_waiter = waiter.is_some();
         let origin = monotonic_ns();
         let slot_len = endpoint.config().max_packet_len();
         let tick_ns = u64::from(endpoint.config().tick_usecs).max(1) * 1000;
         let inner = Inner {
             endpoint,
-            transport,
+            transport: Some(transport),
+            closed_stats: TransportStats::default(),
             tx: Batch::new(BATCH, slot_len),
             rx: Batch::new(BATCH, RECV_SLOT_LEN),
             calls: HashMap::default(),
@@ -340,6 +378,8 @@ impl Shared {
             request_sleepers: 0,
             blind: false,
             grace: None,
+            attached: false,
+            loop_thread: None,
         };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
@@ -352,8 +392,9 @@ impl Shared {
             origin,
             closed: AtomicBool::new(false),
             busy_poll,
-            waiter,
-            wake_waiter,
+            waiter: Mutex::new(waiter),
+            has_waiter,
+            wake_waiter: Mutex::new(wake_waiter),
         });
         let driver = Arc::clone(&shared);
         let thread =
@@ -367,7 +408,7 @@ impl Shared {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Runs `f` on the locked state with the current time, then wakes whoever `f` made
@@ -388,8 +429,9 @@ impl Shared {
         let blocked = inner.leader_blocking;
         drop(inner);
         if kick {
-            match &self.wake_waiter {
-                Some(wake) if blocked => (wake.0)(),
+            let waiter = blocked.then(|| lock(&self.wake_waiter));
+            match waiter.as_deref() {
+                Some(Some(w)) => (w.wake)(),
                 _ => signal(self.kick.as_raw_fd()),
             }
         }
@@ -403,7 +445,9 @@ impl Shared {
 
     /// Whether the driver thread watches the transport.
     fn watch_transport(&self, inner: &mut Inner, on: bool) {
-        if inner.blind != on {
+        // Closed: the descriptor is gone (its number may be another's now). Attached: the
+        // event loop watches.
+        if inner.blind != on || inner.closed || (on && inner.attached) {
             return;
         }
         inner.blind = !on;
@@ -423,7 +467,9 @@ impl Shared {
     /// A thread about to send and then wait claims leadership first, so the answer cannot
     /// slip to the driver thread in between.
     pub(crate) fn claim(&self, inner: &mut Inner) -> bool {
-        if inner.leader {
+        if inner.leader
+            || (inner.attached && inner.loop_thread != Some(std::thread::current().id()))
+        {
             return false;
         }
         inner.leader = true;
@@ -446,7 +492,7 @@ impl Shared {
         inner.leader = false;
         if inner.request_sleepers > 0 || !inner.calls.is_empty() {
             self.watch_transport(inner, true);
-        } else if inner.blind {
+        } else if inner.blind && !inner.attached {
             // Moved only when less than half of it is left: calls in a loop then keep one
             // grace deadline for a while instead of moving it (and the timerfd) each time.
             // It is a lower bound: watching resumes between half and all of
@@ -461,13 +507,6 @@ impl Shared {
                 inner.arm(next); // for the grace period
             }
         }
-    }
-
-    /// Gives leadership up (for a leader that will not wait after all).
-    pub(crate) fn resign(&self) {
-        let mut inner = self.lock();
-        self.step_down(&mut inner);
-        self.release(inner);
     }
 
     /// Leads (see the module docs) until `done` holds, the socket closes or `until`
@@ -488,16 +527,6 @@ impl Shared {
         Some(self.lead_locked(inner, until, done, then))
     }
 
-    /// [`lead`](Shared::lead) for a thread that has claimed leadership already.
-    fn lead_claimed<R>(
-        &self,
-        until: Option<std::time::Instant>,
-        done: impl Fn(&Inner) -> bool,
-        then: impl FnOnce(&mut Inner) -> R,
-    ) -> R {
-        self.lead_locked(self.lock(), until, done, then)
-    }
-
     fn lead_locked<'a, R>(
         &'a self,
         mut inner: MutexGuard<'a, Inner>,
@@ -507,7 +536,7 @@ impl Shared {
     ) -> R {
         // Sleep in the transport's own receive call when there is one, unless a deadline
         // (it has no timeout) or busy polling (it needs `poll`) is asked for.
-        let waiter = self.waiter.as_ref().filter(|_| until.is_none() && self.busy_poll.is_none());
+        let use_waiter = self.has_waiter && until.is_none() && self.busy_poll.is_none();
         loop {
             let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
             if inner.closed || done(&inner) || expired {
@@ -516,15 +545,20 @@ impl Shared {
                 self.release(inner);
                 return r;
             }
-            if let Some(waiter) = waiter {
+            if use_waiter {
                 inner.leader_blocking = true;
                 self.release(inner);
-                let mut w = waiter.lock().unwrap_or_else(|e| e.into_inner());
-                let (waiter, batch) = &mut *w;
-                batch.clear();
-                let result = waiter.wait(batch);
+                let mut w = lock(&self.waiter);
+                let result = match w.as_mut() {
+                    Some((waiter, batch)) => {
+                        batch.clear();
+                        waiter.wait(batch)
+                    }
+                    None => Ok(()), // closed meanwhile
+                };
                 inner = self.lock();
                 inner.leader_blocking = false;
+                let Some((waiter, batch)) = w.as_mut() else { continue };
                 inner.in_leader = true;
                 if let Err(e) = result {
                     tracing::error!("receive failed: {e}");
@@ -622,14 +656,69 @@ impl Shared {
         completion.wait()
     }
 
-    /// Blocks until call `c` completes, leading if this thread `claimed` leadership or
-    /// nobody leads.
-    pub(crate) fn wait_call(&self, c: &Completion, claimed: bool) -> Result<Vec<u8>> {
-        if claimed {
-            self.lead_claimed(None, |_| c.is_done(), |_| ());
+    /// Waits until call `c` completes (`Some`) or `until` passes (`None`), leading if
+    /// nobody does.
+    pub(crate) fn wait_call_until(
+        &self,
+        c: &Completion,
+        until: std::time::Instant,
+    ) -> Option<Result<Vec<u8>>> {
+        self.lead(Some(until), |_| c.is_done(), |_| ());
+        c.wait_until(until)
+    }
+
+    /// Attaches an event loop ([`Poller`](crate::Poller)): from now on it watches the
+    /// transport and receives (in [`drive`](Shared::drive)); returns the fd to watch.
+    pub(crate) fn attach(&self) -> Result<RawFd> {
+        let mut inner = self.lock();
+        let r = if inner.closed {
+            Err(Error::Shutdown)
+        } else if inner.attached {
+            Err(Error::PollerExists)
         } else {
-            self.lead(None, |_| c.is_done(), |_| ());
+            inner.attached = true;
+            inner.loop_thread = Some(std::thread::current().id());
+            self.watch_transport(&mut inner, false);
+            Ok(self.readiness)
+        };
+        self.release(inner);
+        r
+    }
+
+    /// Detaches the event loop: the driver thread watches the transport again.
+    pub(crate) fn detach(&self) {
+        let mut inner = self.lock();
+        inner.attached = false;
+        inner.loop_thread = None;
+        if !inner.leader {
+            self.watch_transport(&mut inner, true);
         }
+        self.release(inner);
+    }
+
+    /// The attached event loop's turn: receives what has arrived, hands it to the endpoint,
+    /// runs due timers and sends what they produced, without blocking. Wakers of calls
+    /// and requests it completed are woken on this thread before it returns. Returns the
+    /// number of datagrams received.
+    pub(crate) fn drive(&self) -> usize {
+        let mut inner = self.lock();
+        if inner.attached {
+            let me = std::thread::current().id();
+            if inner.loop_thread != Some(me) {
+                inner.loop_thread = Some(me);
+            }
+        }
+        let now = inner.clock(self.now());
+        // A leader blocked in the waiter's receive owns the socket until it returns.
+        let got = if inner.leader_blocking { 0 } else { inner.receive(now) };
+        inner.settle(true);
+        self.release(inner);
+        got
+    }
+
+    /// Blocks until call `c` completes, leading if nobody does.
+    pub(crate) fn wait_call(&self, c: &Completion) -> Result<Vec<u8>> {
+        self.lead(None, |_| c.is_done(), |_| ());
         c.wait()
     }
 
@@ -664,6 +753,14 @@ impl Shared {
         }
     }
 
+    /// A queued request, if any, without waiting.
+    pub(crate) fn try_request(&self) -> Result<Option<Incoming>> {
+        let mut inner = self.lock();
+        let r = if inner.closed { Err(Error::Shutdown) } else { Ok(inner.requests.pop_front()) };
+        drop(inner);
+        r
+    }
+
     /// A queued request, or registers `waker` for the next one.
     pub(crate) fn poll_request(&self, waker: &Waker) -> Option<Result<Incoming>> {
         let mut inner = self.lock();
@@ -680,25 +777,39 @@ impl Shared {
         None
     }
 
-    /// Closes: pending calls fail with `Error::Shutdown`, waiting receivers return it, and
-    /// the driver thread exits. Idempotent.
+    /// Closes: pending calls fail with `Error::Shutdown`, waiting receivers return it, the
+    /// transport is closed (its port is free when this returns, whoever still holds the
+    /// shared state) and the driver thread exits. Idempotent.
     pub(crate) fn close(&self) {
         let mut inner = self.lock();
-        if !inner.closed {
+        let transport = if inner.closed {
+            None
+        } else {
             inner.closed = true;
-            inner.kick = true; // a leader blocked in the waiter must see it
+            inner.kick = true; // a leader waiting in `poll` must see it
             inner.fail_all();
             inner.requests.clear();
             let wakers = mem::take(&mut inner.request_wakers);
             inner.to_wake.extend(wakers);
             inner.clock(self.now());
             inner.settle(false);
-        }
+            inner.closed_stats = inner.transport_stats();
+            inner.transport.take()
+        };
         self.closed.store(true, Ordering::Release);
         self.release(inner);
         self.requests_ready.notify_all();
         signal(self.kick.as_raw_fd());
         signal(self.wake.as_raw_fd());
+        let wake_waiter = lock(&self.wake_waiter).take();
+        if let Some(w) = &wake_waiter {
+            (w.shutdown)();
+        }
+        drop(wake_waiter);
+        drop(transport);
+        // Waits for a leader still in the waiter's receive (the shutdown made it return).
+        let waiter = lock(&self.waiter).take();
+        drop(waiter);
     }
 
     /// The driver thread: wait for packets, deadlines or shutdown; handle them; repeat.
@@ -738,6 +849,7 @@ impl Shared {
             let now = inner.clock(self.now());
             inner.counters.wakeups += 1;
             if inner.grace.is_some_and(|g| g <= now) {
+                inner.grace = None;
                 self.need_driver(&mut inner);
             }
             // Timers run only once what had arrived is handled: a response waiting in the
@@ -758,21 +870,26 @@ impl Inner {
         self.allow.is_empty() || self.allow.iter().any(|c| c.contains(from.ip()))
     }
 
-    /// Receives what is waiting (a bounded number of batches) and feeds it to the endpoint.
-    fn receive(&mut self, now: Instant) {
+    /// Receives what is waiting (a bounded number of batches) and feeds it to the endpoint;
+    /// returns the number of datagrams.
+    fn receive(&mut self, now: Instant) -> usize {
         let mut rx = mem::replace(&mut self.rx, Batch::new(0, 0));
+        let mut got = 0;
         for _ in 0..RX_ROUNDS {
             rx.clear();
-            if let Err(e) = self.transport.recv(&mut rx) {
+            let Some(transport) = self.transport.as_mut() else { break };
+            if let Err(e) = transport.recv(&mut rx) {
                 tracing::error!("receive failed: {e}");
                 break;
             }
+            got += rx.len();
             self.feed(now, &rx);
             if !rx.is_full() {
                 break;
             }
         }
         self.rx = rx;
+        got
     }
 
     /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits), draining
@@ -798,7 +915,8 @@ impl Inner {
 
     /// The transport's counters, with what the waiter received.
     pub(crate) fn transport_stats(&self) -> TransportStats {
-        let (t, w) = (self.transport.stats(), self.waiter_stats);
+        let Some(transport) = &self.transport else { return self.closed_stats };
+        let (t, w) = (transport.stats(), self.waiter_stats);
         TransportStats {
             rx_datagrams: t.rx_datagrams + w.rx_datagrams,
             rx_calls: t.rx_calls + w.rx_calls,
@@ -823,9 +941,14 @@ impl Inner {
     }
 
     fn flush(&mut self) {
-        if !self.tx.is_empty()
-            && let Err(e) = self.transport.send(&mut self.tx)
-        {
+        if self.tx.is_empty() {
+            return;
+        }
+        let Some(transport) = self.transport.as_mut() else {
+            self.tx.clear(); // closed
+            return;
+        };
+        if let Err(e) = transport.send(&mut self.tx) {
             tracing::error!("send failed: {e}");
             self.tx.clear();
         }
@@ -888,7 +1011,7 @@ impl Inner {
     /// Hands the endpoint the peers the transport found unreachable; whether there were.
     fn feed_unreachable(&mut self) -> bool {
         let mut fed = false;
-        while let Some(u) = self.transport.poll_unreachable() {
+        while let Some(u) = self.transport.as_mut().and_then(|t| t.poll_unreachable()) {
             self.endpoint.handle_unreachable(u.peer, u.port);
             fed = true;
         }
@@ -995,7 +1118,8 @@ impl Inner {
         if dest.port() == 0 || dest.port() >= homa_core::MIN_EPHEMERAL_PORT {
             return Err(Error::InvalidPort(dest.port()));
         }
-        let peer = self.transport.peer(dest).ok_or(Error::AddressFamily(dest))?;
+        let transport = self.transport.as_ref().ok_or(Error::Shutdown)?;
+        let peer = transport.peer(dest).ok_or(Error::AddressFamily(dest))?;
         let id = self.endpoint.send_request(now, port, peer, dest.port(), message, 0)?;
         let completion = Arc::new(Completion::default());
         let deadline =

@@ -53,6 +53,10 @@ pub enum Error {
     /// A `Config` value is out of range, or the transport cannot carry packets of `mtu`.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// [`Socket::poller`](crate::Socket::poller): an event loop drives this socket already
+    /// (drop its [`Poller`](crate::Poller) first).
+    #[error("an event loop drives this socket already")]
+    PollerExists,
     /// The Homa endpoint refused the call for another reason (too many peers, the outgoing
     /// byte limit `wmem_max` reached, no ephemeral port left).
     #[error(transparent)]

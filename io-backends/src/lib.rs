@@ -45,5 +45,5 @@ pub mod transport;
 pub use cidr::{Cidr, CidrParseError};
 pub use error::{Error, Result};
 pub use homa_core::{Config, Payload};
-pub use socket::{Builder, Call, Metrics, RecvRequest, Request, Socket};
+pub use socket::{Builder, Call, Metrics, Poller, RecvRequest, Request, Socket};
 pub use transport::{Transport, TransportKind, TransportStats};

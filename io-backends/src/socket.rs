@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -150,7 +151,8 @@ impl Builder {
                 return Err(e);
             }
         };
-        Ok(Socket { shared, thread: Mutex::new(Some(thread)), local, port, kind, raw_port: claim })
+        let raw_port = Mutex::new(claim);
+        Ok(Socket { shared, thread: Mutex::new(Some(thread)), local, port, kind, raw_port })
     }
 }
 
@@ -232,7 +234,8 @@ pub struct Socket {
     local: SocketAddr,
     port: u16,
     kind: TransportKind,
-    raw_port: Option<u16>,
+    /// The raw-IP Homa port this socket holds in [`RAW_PORTS`], until shutdown.
+    raw_port: Mutex<Option<u16>>,
 }
 
 impl Socket {
@@ -288,33 +291,15 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Call> {
-        self.start(dest, message.into(), timeout, false)
-    }
-
-    /// Starts a call; with `lead`, claims leadership first if free (the caller will wait).
-    fn start(
-        &self,
-        dest: SocketAddr,
-        message: Payload,
-        timeout: Option<Duration>,
-        lead: bool,
-    ) -> Result<Call> {
-        let (started, leading) = self.shared.with(|inner, now| {
-            let leading = lead && self.shared.claim(inner);
-            if !lead {
-                self.shared.need_driver(inner);
-            }
+        let message = message.into();
+        let (id, completion) = self.shared.with(|inner, now| {
+            self.shared.need_driver(inner);
             let started = inner.start_call(now, self.port, dest, message, timeout);
             inner.settle(false);
-            (started, leading)
-        });
-        let (id, completion) = started.inspect_err(|_| {
-            if leading {
-                self.shared.resign();
-            }
+            started
         })?;
         let shared = Arc::clone(&self.shared);
-        Ok(Call { shared, id, completion, leading, done: false })
+        Ok(Call { shared, id, completion, done: false })
     }
 
     /// Aborts call `id` ([`Call::id`]): it fails with [`Error::Aborted`]. The server is not
@@ -340,6 +325,12 @@ impl Socket {
         self.shared.next_request(Some(timeout)).map(|r| self.request(r))
     }
 
+    /// A request already received, if there is one, without waiting (e.g. on an event
+    /// loop's turn, after [`Poller::drive`]).
+    pub fn try_recv_request(&self) -> Result<Option<Request>> {
+        Ok(self.shared.try_request()?.map(|r| self.request(r)))
+    }
+
     /// The next request as a future (any executor).
     pub fn recv_request_async(&self) -> RecvRequest {
         RecvRequest { shared: Arc::clone(&self.shared), ip: self.kind.is_ip() }
@@ -347,6 +338,42 @@ impl Socket {
 
     fn request(&self, r: Incoming) -> Request {
         Request::new(Arc::clone(&self.shared), r, self.kind.is_ip())
+    }
+
+    /// Lets an event loop drive this socket on its own thread: the loop watches
+    /// [`Poller::fd`] for readability and calls [`Poller::drive`] when it is readable,
+    /// which receives and handles what has arrived, runs due timers and sends, and wakes
+    /// the tasks of calls and requests it completed — on the loop's thread, so an RPC
+    /// completes there without a hand-off from another thread. While the `Poller` lives,
+    /// the driver thread stops watching the transport (it still runs timers when the loop
+    /// does not, draining the socket first), and other threads that block in `call` or
+    /// `recv_request` wait for the loop instead of receiving themselves. Dropping the
+    /// `Poller` hands the transport back to the driver thread.
+    ///
+    /// One at a time: [`Error::PollerExists`] while another lives;
+    /// [`Error::Shutdown`] after shutdown.
+    ///
+    /// ```
+    /// use homa_io::Socket;
+    /// use std::net::Ipv4Addr;
+    ///
+    /// let server = Socket::bind("127.0.0.1:4323".parse().unwrap())?;
+    /// let client = Socket::client(Ipv4Addr::LOCALHOST)?;
+    /// let poller = server.poller()?;
+    /// let call = client.call_async(server.local_addr(), b"hi".to_vec(), None)?;
+    /// let mut fds = [libc::pollfd { fd: poller.fd(), events: libc::POLLIN, revents: 0 }];
+    /// // An event loop would wait in epoll; this one polls the descriptor itself.
+    /// while server.try_recv_request()?.is_none() {
+    ///     // SAFETY: one valid pollfd.
+    ///     unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) };
+    ///     poller.drive();
+    /// }
+    /// # drop(call);
+    /// # Ok::<(), homa_io::Error>(())
+    /// ```
+    pub fn poller(&self) -> Result<Poller> {
+        let fd = self.shared.attach()?;
+        Ok(Poller { shared: Arc::clone(&self.shared), fd })
     }
 
     /// A snapshot of the counters.
@@ -366,6 +393,7 @@ impl Socket {
     /// joined. Later calls fail with `Error::Shutdown`. Dropping the socket does the same.
     pub fn shutdown(&self) {
         self.shared.close();
+        release_raw_port(self.raw_port.lock().unwrap_or_else(|e| e.into_inner()).take());
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = thread
             && t.thread().id() != std::thread::current().id()
@@ -378,7 +406,6 @@ impl Socket {
 impl Drop for Socket {
     fn drop(&mut self) {
         self.shutdown();
-        release_raw_port(self.raw_port);
     }
 }
 
@@ -390,8 +417,6 @@ pub struct Call {
     shared: Arc<Shared>,
     id: u64,
     completion: Arc<Completion>,
-    /// This call's thread claimed leadership when sending (blocking `Socket::call`).
-    leading: bool,
     done: bool,
 }
 
@@ -403,9 +428,23 @@ impl Call {
 
     /// Blocks until the response (or failure) arrives.
     pub fn wait(mut self) -> Result<Vec<u8>> {
-        let claimed = std::mem::take(&mut self.leading);
-        let r = self.shared.wait_call(&self.completion, claimed);
+        let r = self.shared.wait_call(&self.completion);
         self.done = true;
+        r
+    }
+
+    /// Blocks until the response (or failure) arrives, or for at most `timeout`: `None`
+    /// if the call is still pending then (it goes on; wait again, poll it, or drop it to
+    /// abort it). Lets a blocking caller wake up periodically, e.g. to check for signals.
+    /// Once it has returned `Some`, later calls return
+    /// `Some(Err(Error::Rejected(UnknownRpc)))`, as would [`Socket::abort`].
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Vec<u8>>> {
+        if self.done {
+            return Some(Err(Error::Rejected(homa_core::ApiError::UnknownRpc(self.id))));
+        }
+        let until = std::time::Instant::now() + timeout;
+        let r = self.shared.wait_call_until(&self.completion, until);
+        self.done = r.is_some();
         r
     }
 }
@@ -426,9 +465,6 @@ impl Future for Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        if self.leading {
-            self.shared.resign();
-        }
         if !self.done {
             let id = self.id;
             self.shared.with(|inner, _| {
@@ -436,6 +472,41 @@ impl Drop for Call {
                 inner.settle(false);
             });
         }
+    }
+}
+
+/// An event loop's handle on a [`Socket`] it drives ([`Socket::poller`]).
+#[derive(Debug)]
+pub struct Poller {
+    shared: Arc<Shared>,
+    fd: RawFd,
+}
+
+impl Poller {
+    /// The descriptor to watch for readability (the socket itself, or for io_uring an
+    /// eventfd). Valid until the socket shuts down: remove it from the loop first.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Receives and handles whatever has arrived, runs due timers and sends what is
+    /// ready, without blocking; wakes (on this thread) the tasks of calls and requests
+    /// that completed. Returns the number of datagrams received. Call it when
+    /// [`fd`](Poller::fd) is readable (a spurious call does no harm).
+    pub fn drive(&self) -> usize {
+        self.shared.drive()
+    }
+}
+
+impl AsRawFd for Poller {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.shared.detach();
     }
 }
 

@@ -300,6 +300,9 @@ pub struct WaitHandle {
     pub waiter: Box<dyn Waiter>,
     /// Makes a thread blocked in [`Waiter::wait`] return soon, from any thread.
     pub wake: Box<dyn Fn() + Send + Sync>,
+    /// Makes every wait, blocked now or to come, return at once, for good: called when
+    /// the socket closes, which must not depend on a wake-up datagram getting through.
+    pub shutdown: Box<dyn Fn() + Send + Sync>,
 }
 
 impl fmt::Debug for WaitHandle {

@@ -294,7 +294,15 @@ impl Transport for SocketTransport {
             let wake = Box::new(move || {
                 let _ = kicker.send(&[]);
             });
-            Ok(WaitHandle { waiter: Box::new(waiter), wake })
+            // shutdown(SHUT_RD) wakes every blocked receive, and later ones return at once
+            // (with nothing): nothing can be lost, unlike a wake-up datagram.
+            let reader = self.socket.try_clone()?;
+            let shutdown = Box::new(move || {
+                // SAFETY: a plain system call on a descriptor this closure owns. An
+                // unconnected UDP socket answers ENOTCONN but shuts down all the same.
+                unsafe { libc::shutdown(reader.as_raw_fd(), libc::SHUT_RD) };
+            });
+            Ok(WaitHandle { waiter: Box::new(waiter), wake, shutdown })
         })();
         match made {
             Ok(h) => Some(h),

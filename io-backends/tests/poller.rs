@@ -1,0 +1,202 @@
+//! An event loop driving sockets itself (`Socket::poller`), `Call::wait_timeout`, and
+//! shutdown releasing the port while requests, calls and pollers still live.
+
+mod common;
+
+use std::future::Future;
+use std::net::{SocketAddr, UdpSocket};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use common::{bind_server, candidate_port, echo, loopback_v4, pattern};
+use homa_io::{Config, Error, Poller, Socket, TransportKind};
+
+/// A waker that records the threads it was woken on.
+#[derive(Default)]
+struct Recorder {
+    threads: Mutex<Vec<ThreadId>>,
+    count: AtomicUsize,
+}
+
+impl Wake for Recorder {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.threads.lock().unwrap().push(std::thread::current().id());
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits (in `poll`, as an event loop would in epoll) until one of `pollers` is readable,
+/// then drives each. Returns the datagrams they received.
+fn turn(pollers: &[&Poller]) -> usize {
+    let mut fds: Vec<libc::pollfd> = pollers
+        .iter()
+        .map(|p| libc::pollfd { fd: p.fd(), events: libc::POLLIN, revents: 0 })
+        .collect();
+    // SAFETY: fds is a live array of the length given. (The timeout only bounds a
+    // wait for a timer the loop would also run; nothing depends on it.)
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+    pollers.iter().map(|p| p.drive()).sum()
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(waker))
+}
+
+#[test]
+fn an_event_loop_completes_calls_and_requests_on_its_own_thread() {
+    for kind in common::transports() {
+        let builder = Socket::builder().transport(kind).config(loop_only());
+        let server = bind_server(builder.clone(), loopback_v4());
+        let client = builder.client(loopback_v4()).unwrap();
+        let (sp, cp) = (server.poller().unwrap(), client.poller().unwrap());
+        let recorder = Arc::new(Recorder::default());
+        let waker = Waker::from(Arc::clone(&recorder));
+        for size in [1, 1_500, 100_000] {
+            let message = pattern(size, 7);
+            let mut call = client.call_async(server.local_addr(), message.clone(), None).unwrap();
+            assert!(poll_once(&mut call, &waker).is_pending());
+            let mut recv = server.recv_request_async();
+            let mut answered = false;
+            let response = loop {
+                turn(&[&sp, &cp]);
+                if !answered && let Poll::Ready(r) = poll_once(&mut recv, &waker) {
+                    let mut request = r.unwrap();
+                    let m = request.take_message();
+                    request.reply(m).unwrap();
+                    answered = true;
+                }
+                if let Poll::Ready(r) = poll_once(&mut call, &waker) {
+                    break r.unwrap();
+                }
+            };
+            assert_eq!(response, message, "{kind}, {size} bytes");
+        }
+        // Every completion woke its task here, on the loop's thread.
+        let me = std::thread::current().id();
+        let threads = recorder.threads.lock().unwrap().clone();
+        assert!(!threads.is_empty());
+        assert!(threads.iter().all(|t| *t == me), "{kind}: woken on {threads:?}");
+        assert!(matches!(server.poller(), Err(Error::PollerExists)));
+    }
+}
+
+/// One-second timer ticks: the driver thread wakes for no timer during the test, so only
+/// the loop receives (else a timer could let the driver thread drain a packet first).
+fn loop_only() -> Config {
+    Config { tick_usecs: 1_000_000, ..Config::default() }
+}
+
+#[test]
+fn try_recv_request_does_not_wait() {
+    let server = bind_server(Socket::builder(), loopback_v4());
+    let client = Socket::client(loopback_v4()).unwrap();
+    assert!(server.try_recv_request().unwrap().is_none());
+    let poller = server.poller().unwrap();
+    let call = client.call_async(server.local_addr(), b"hi".to_vec(), None).unwrap();
+    let request = loop {
+        turn(&[&poller]);
+        if let Some(r) = server.try_recv_request().unwrap() {
+            break r;
+        }
+    };
+    assert_eq!(request.message(), b"hi");
+    request.reply(b"ho".to_vec()).unwrap();
+    drop(poller); // the driver thread takes over
+    assert_eq!(call.wait().unwrap(), b"ho");
+    server.shutdown();
+    assert!(matches!(server.try_recv_request(), Err(Error::Shutdown)));
+    assert!(matches!(server.poller(), Err(Error::Shutdown)));
+}
+
+#[test]
+fn without_the_loop_the_driver_thread_still_receives_and_runs_timers() {
+    let server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let echoer = echo(&server);
+    let silent = (0..)
+        .find_map(|_| UdpSocket::bind(SocketAddr::new(loopback_v4(), candidate_port())).ok())
+        .unwrap();
+    let config = Config { timeout_ticks: 20, ..Config::default() };
+    let client = Arc::new(Socket::builder().config(config).client(loopback_v4()).unwrap());
+    // This thread attaches a loop and never drives it: other threads wait meanwhile (they
+    // must not lead), and the driver thread's timers complete their calls: the echo's
+    // response is drained from the socket before the timers run, the silent peer's call
+    // times out.
+    let _poller = client.poller().unwrap();
+    let waiter = |to: SocketAddr| {
+        let client = Arc::clone(&client);
+        std::thread::spawn(move || client.call(to, b"anyone?".to_vec(), None))
+    };
+    let (answered, unanswered) = (waiter(server.local_addr()), waiter(silent.local_addr().unwrap()));
+    assert_eq!(answered.join().unwrap().unwrap(), b"anyone?");
+    assert!(matches!(unanswered.join().unwrap(), Err(Error::TimedOut)));
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
+#[test]
+fn wait_timeout_returns_none_until_the_response_is_there() {
+    let server = bind_server(Socket::builder(), loopback_v4());
+    let client = Socket::client(loopback_v4()).unwrap();
+    let mut call = client.call_async(server.local_addr(), b"slow".to_vec(), None).unwrap();
+    let request = server.recv_request().unwrap();
+    // The server holds the request: nothing can answer meanwhile.
+    assert!(call.wait_timeout(Duration::from_millis(5)).is_none());
+    assert!(call.wait_timeout(Duration::ZERO).is_none());
+    request.reply(b"done".to_vec()).unwrap();
+    let r = loop {
+        if let Some(r) = call.wait_timeout(Duration::from_millis(50)) {
+            break r;
+        }
+    };
+    assert_eq!(r.unwrap(), b"done");
+    let again = call.wait_timeout(Duration::ZERO);
+    assert!(matches!(again, Some(Err(Error::Rejected(_)))), "{again:?}");
+}
+
+#[test]
+fn shutdown_frees_the_port_while_requests_calls_and_pollers_live() {
+    for kind in [TransportKind::Udp, TransportKind::UringUdp] {
+        let builder = Socket::builder().transport(kind);
+        let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+        let client = builder.clone().client(loopback_v4()).unwrap();
+        let addr = server.local_addr();
+        // A thread blocked in recv_request leads (with UDP: asleep in the receive call).
+        let blocked = {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || {
+                let first = server.recv_request();
+                (first, server.recv_request())
+            })
+        };
+        let held_call = client.call_async(addr, b"one".to_vec(), None).unwrap();
+        let second = client.call_async(addr, b"two".to_vec(), None).unwrap();
+        let poller = client.poller().unwrap();
+        server.shutdown();
+        let (first, after) = blocked.join().unwrap();
+        // The first request may have arrived before the shutdown; it is held here.
+        let held_request = first.ok();
+        assert!(matches!(after, Err(Error::Shutdown)), "{after:?}");
+        // The server's port is free although a request (maybe) and the socket live on.
+        let again = builder.clone().bind(addr).expect("the port is free again");
+        assert!(again.local_addr() == addr);
+        if let Some(r) = held_request {
+            assert!(matches!(r.reply(b"late".to_vec()), Err(Error::Shutdown)));
+        }
+        // And the client's UDP port, while its calls and its poller live.
+        let client_addr = client.local_addr();
+        client.shutdown();
+        UdpSocket::bind(client_addr).expect("the client's port is free again");
+        assert_eq!(poller.drive(), 0);
+        assert!(matches!(pollster::block_on(second), Err(Error::Shutdown)));
+        assert!(matches!(pollster::block_on(held_call), Err(Error::Shutdown)));
+        assert_eq!(client.metrics().pending_calls, 0);
+    }
+}
