@@ -239,6 +239,9 @@ pub(crate) struct Inner {
     blind: bool,
     /// When a blind driver thread without a leader resumes watching.
     grace: Option<Instant>,
+    /// When the wait of a leader asleep in the waiter's receive call ends: the driver
+    /// thread wakes it then.
+    leader_until: Option<Instant>,
     /// An event loop drives the socket through a [`Poller`](crate::Poller): it watches
     /// the transport and receives; the driver thread only runs timers (and drains the
     /// socket before it does), and only the loop's thread may lead.
@@ -378,6 +381,7 @@ impl Shared {
             request_sleepers: 0,
             blind: false,
             grace: None,
+            leader_until: None,
             attached: false,
             loop_thread: None,
         };
@@ -509,6 +513,13 @@ impl Shared {
         }
     }
 
+    /// Gives leadership up (for a leader that will not wait after all).
+    pub(crate) fn resign(&self) {
+        let mut inner = self.lock();
+        self.step_down(&mut inner); // the driver thread takes over if calls wait
+        self.release(inner);
+    }
+
     /// Leads (see the module docs) until `done` holds, the socket closes or `until`
     /// passes. Returns `false` at once if another thread leads.
     /// Once done, `then` runs on the locked state (e.g. to take what was waited for) and
@@ -527,6 +538,16 @@ impl Shared {
         Some(self.lead_locked(inner, until, done, then))
     }
 
+    /// [`lead`](Shared::lead) for a thread that has claimed leadership already.
+    fn lead_claimed<R>(
+        &self,
+        until: Option<std::time::Instant>,
+        done: impl Fn(&Inner) -> bool,
+        then: impl FnOnce(&mut Inner) -> R,
+    ) -> R {
+        self.lead_locked(self.lock(), until, done, then)
+    }
+
     fn lead_locked<'a, R>(
         &'a self,
         mut inner: MutexGuard<'a, Inner>,
@@ -534,12 +555,14 @@ impl Shared {
         done: impl Fn(&Inner) -> bool,
         then: impl FnOnce(&mut Inner) -> R,
     ) -> R {
-        // Sleep in the transport's own receive call when there is one, unless a deadline
-        // (it has no timeout) or busy polling (it needs `poll`) is asked for.
-        let use_waiter = self.has_waiter && until.is_none() && self.busy_poll.is_none();
+        // Sleep in the transport's own receive call when there is one, unless busy polling
+        // (it needs `poll`) is asked for. The receive call has no timeout: a deadline is
+        // the driver thread's to enforce (it wakes the leader).
+        let use_waiter = self.has_waiter && self.busy_poll.is_none();
         loop {
             let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
             if inner.closed || done(&inner) || expired {
+                inner.leader_until = None;
                 self.step_down(&mut inner);
                 let r = then(&mut inner);
                 self.release(inner);
@@ -547,6 +570,13 @@ impl Shared {
             }
             if use_waiter {
                 inner.leader_blocking = true;
+                if let Some(u) = until {
+                    let left = u.saturating_duration_since(std::time::Instant::now());
+                    let left = left.as_nanos().try_into().unwrap_or(u64::MAX);
+                    inner.leader_until = Some(inner.now.saturating_add(left));
+                    let next = inner.next_deadline();
+                    inner.arm(next);
+                }
                 self.release(inner);
                 let mut w = lock(&self.waiter);
                 let result = match w.as_mut() {
@@ -661,9 +691,14 @@ impl Shared {
     pub(crate) fn wait_call_until(
         &self,
         c: &Completion,
+        claimed: bool,
         until: std::time::Instant,
     ) -> Option<Result<Vec<u8>>> {
-        self.lead(Some(until), |_| c.is_done(), |_| ());
+        if claimed {
+            self.lead_claimed(Some(until), |_| c.is_done(), |_| ());
+        } else {
+            self.lead(Some(until), |_| c.is_done(), |_| ());
+        }
         c.wait_until(until)
     }
 
@@ -716,9 +751,14 @@ impl Shared {
         got
     }
 
-    /// Blocks until call `c` completes, leading if nobody does.
-    pub(crate) fn wait_call(&self, c: &Completion) -> Result<Vec<u8>> {
-        self.lead(None, |_| c.is_done(), |_| ());
+    /// Blocks until call `c` completes, leading if this thread `claimed` leadership or
+    /// nobody leads.
+    pub(crate) fn wait_call(&self, c: &Completion, claimed: bool) -> Result<Vec<u8>> {
+        if claimed {
+            self.lead_claimed(None, |_| c.is_done(), |_| ());
+        } else {
+            self.lead(None, |_| c.is_done(), |_| ());
+        }
         c.wait()
     }
 
@@ -852,6 +892,10 @@ impl Shared {
                 inner.grace = None;
                 self.need_driver(&mut inner);
             }
+            if inner.leader_until.is_some_and(|u| u <= now) {
+                inner.leader_until = None;
+                inner.kick = true; // the leader's wait is over
+            }
             // Timers run only once what had arrived is handled: a response waiting in the
             // socket queue must count before its RPC is judged silent. A leader blocked in
             // the waiter's receive takes it instead: this thread must not, or it could
@@ -965,7 +1009,7 @@ impl Inner {
         let mut next = self.endpoint.poll_timeout();
         let user = self.deadlines.first().map(|&(when, _)| when);
         let grace = self.grace.filter(|_| !self.leader);
-        for d in [user, grace].into_iter().flatten() {
+        for d in [user, grace, self.leader_until].into_iter().flatten() {
             next = Some(next.map_or(d, |n| n.min(d)));
         }
         next

@@ -291,15 +291,69 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Call> {
-        let message = message.into();
-        let (id, completion) = self.shared.with(|inner, now| {
-            self.shared.need_driver(inner);
+        self.start(dest, message.into(), timeout, false)
+    }
+
+    /// Starts a call that this thread will block on ([`Call::wait`],
+    /// [`Call::wait_timeout`]): as [`call_async`](Socket::call_async), but the thread
+    /// leads (receives itself, see the crate docs) from before the request leaves, so a
+    /// fast response wakes it directly, as with [`call`](Socket::call). For a blocking
+    /// caller that wakes up periodically:
+    ///
+    /// ```
+    /// # use homa_io::Socket;
+    /// # use std::time::Duration;
+    /// # let server = Socket::bind("127.0.0.1:4324".parse().unwrap())?;
+    /// # let client = Socket::client(std::net::Ipv4Addr::LOCALHOST)?;
+    /// # let echo = std::thread::spawn(move || {
+    /// #     let mut r = server.recv_request().unwrap();
+    /// #     let m = r.take_message();
+    /// #     r.reply(m).unwrap();
+    /// # });
+    /// let mut call = client.start_call("127.0.0.1:4324".parse().unwrap(), b"hi".to_vec(), None)?;
+    /// let response = loop {
+    ///     match call.wait_timeout(Duration::from_millis(200)) {
+    ///         Some(r) => break r?,
+    ///         None => { /* check for Ctrl-C, then wait again */ }
+    ///     }
+    /// };
+    /// # assert_eq!(response, b"hi");
+    /// # echo.join().unwrap();
+    /// # Ok::<(), homa_io::Error>(())
+    /// ```
+    pub fn start_call(
+        &self,
+        dest: SocketAddr,
+        message: impl Into<Payload>,
+        timeout: Option<Duration>,
+    ) -> Result<Call> {
+        self.start(dest, message.into(), timeout, true)
+    }
+
+    /// Starts a call; with `lead`, claims leadership first if free (the caller will wait).
+    fn start(
+        &self,
+        dest: SocketAddr,
+        message: Payload,
+        timeout: Option<Duration>,
+        lead: bool,
+    ) -> Result<Call> {
+        let (started, leading) = self.shared.with(|inner, now| {
+            let leading = lead && self.shared.claim(inner);
+            if !leading {
+                self.shared.need_driver(inner);
+            }
             let started = inner.start_call(now, self.port, dest, message, timeout);
             inner.settle(false);
-            started
+            (started, leading)
+        });
+        let (id, completion) = started.inspect_err(|_| {
+            if leading {
+                self.shared.resign();
+            }
         })?;
         let shared = Arc::clone(&self.shared);
-        Ok(Call { shared, id, completion, done: false })
+        Ok(Call { shared, id, completion, leading, done: false })
     }
 
     /// Aborts call `id` ([`Call::id`]): it fails with [`Error::Aborted`]. The server is not
@@ -417,6 +471,8 @@ pub struct Call {
     shared: Arc<Shared>,
     id: u64,
     completion: Arc<Completion>,
+    /// This call's thread claimed leadership when sending ([`Socket::start_call`]).
+    leading: bool,
     done: bool,
 }
 
@@ -428,7 +484,8 @@ impl Call {
 
     /// Blocks until the response (or failure) arrives.
     pub fn wait(mut self) -> Result<Vec<u8>> {
-        let r = self.shared.wait_call(&self.completion);
+        let claimed = std::mem::take(&mut self.leading);
+        let r = self.shared.wait_call(&self.completion, claimed);
         self.done = true;
         r
     }
@@ -443,7 +500,9 @@ impl Call {
             return Some(Err(Error::Rejected(homa_core::ApiError::UnknownRpc(self.id))));
         }
         let until = std::time::Instant::now() + timeout;
-        let r = self.shared.wait_call_until(&self.completion, until);
+        // Leadership ends with the wait; the next wait claims it again if it is free.
+        let claimed = std::mem::take(&mut self.leading);
+        let r = self.shared.wait_call_until(&self.completion, claimed, until);
         self.done = r.is_some();
         r
     }
@@ -453,6 +512,9 @@ impl Future for Call {
     type Output = Result<Vec<u8>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if std::mem::take(&mut self.leading) {
+            self.shared.resign(); // polled, not waited for: the driver thread receives
+        }
         match self.completion.poll(cx.waker()) {
             Some(r) => {
                 self.done = true;
@@ -465,6 +527,9 @@ impl Future for Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
+        if self.leading {
+            self.shared.resign();
+        }
         if !self.done {
             let id = self.id;
             self.shared.with(|inner, _| {

@@ -200,3 +200,29 @@ fn shutdown_frees_the_port_while_requests_calls_and_pollers_live() {
         assert_eq!(client.metrics().pending_calls, 0);
     }
 }
+
+#[test]
+fn a_started_call_is_waited_for_in_slices() {
+    let server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let echoer = echo(&server);
+    let client = Socket::client(loopback_v4()).unwrap();
+    for i in 0..20u8 {
+        let message = pattern(1 + usize::from(i) * 700, i);
+        let mut call = client.start_call(server.local_addr(), message.clone(), None).unwrap();
+        let r = loop {
+            if let Some(r) = call.wait_timeout(Duration::from_millis(200)) {
+                break r;
+            }
+        };
+        assert_eq!(r.unwrap(), message);
+    }
+    // Started to be waited for, then polled as a future instead: the driver thread
+    // receives for it.
+    let call = client.start_call(server.local_addr(), b"future".to_vec(), None).unwrap();
+    assert_eq!(pollster::block_on(call).unwrap(), b"future");
+    // Or dropped: the RPC is aborted, leadership given up.
+    drop(client.start_call(server.local_addr(), b"dropped".to_vec(), None).unwrap());
+    assert_eq!(client.call(server.local_addr(), b"after".to_vec(), None).unwrap(), b"after");
+    server.shutdown();
+    echoer.join().unwrap();
+}
