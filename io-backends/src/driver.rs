@@ -201,6 +201,11 @@ pub(crate) struct Inner {
     closed_stats: TransportStats,
     tx: Batch,
     rx: Batch,
+    /// One slot, for an event loop's turn that expects one datagram ([`Shared::drive`]).
+    rx1: Batch,
+    /// Datagrams the next [`Shared::drive`] asks for: 1, or a batch after a turn that
+    /// found as many as it asked for.
+    drive_vlen: usize,
     calls: HashMap<u64, PendingCall, IdHash>,
     /// Application deadlines of calls: (when, id).
     deadlines: BTreeSet<(Instant, u64)>,
@@ -358,6 +363,8 @@ impl Shared {
             closed_stats: TransportStats::default(),
             tx: Batch::new(BATCH, slot_len),
             rx: Batch::new(BATCH, RECV_SLOT_LEN),
+            rx1: Batch::new(1, RECV_SLOT_LEN),
+            drive_vlen: 1,
             calls: HashMap::default(),
             deadlines: BTreeSet::new(),
             requests: VecDeque::new(),
@@ -745,7 +752,27 @@ impl Shared {
         }
         let now = inner.clock(self.now());
         // A leader blocked in the waiter's receive owns the socket until it returns.
-        let got = if inner.leader_blocking { 0 } else { inner.receive(now) };
+        let got = if inner.leader_blocking {
+            0
+        } else if inner.drive_vlen == 1 {
+            // Usually one datagram woke the loop: one `recvfrom`, no batch set up. If more
+            // wait, the descriptor stays readable and the next turn takes batches.
+            let mut rx = mem::replace(&mut inner.rx1, Batch::new(0, 0));
+            rx.clear();
+            let got = match inner.transport.as_mut().map(|t| t.recv(&mut rx)) {
+                Some(Err(e)) => {
+                    tracing::error!("receive failed: {e}");
+                    0
+                }
+                _ => rx.len(),
+            };
+            inner.feed(now, &rx);
+            inner.rx1 = rx;
+            got
+        } else {
+            inner.receive(now)
+        };
+        inner.drive_vlen = if got >= inner.drive_vlen { BATCH } else { 1 };
         inner.settle(true);
         self.release(inner);
         got

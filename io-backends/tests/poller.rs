@@ -134,7 +134,8 @@ fn without_the_loop_the_driver_thread_still_receives_and_runs_timers() {
         let client = Arc::clone(&client);
         std::thread::spawn(move || client.call(to, b"anyone?".to_vec(), None))
     };
-    let (answered, unanswered) = (waiter(server.local_addr()), waiter(silent.local_addr().unwrap()));
+    let (answered, unanswered) =
+        (waiter(server.local_addr()), waiter(silent.local_addr().unwrap()));
     assert_eq!(answered.join().unwrap().unwrap(), b"anyone?");
     assert!(matches!(unanswered.join().unwrap(), Err(Error::TimedOut)));
     server.shutdown();
