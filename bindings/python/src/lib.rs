@@ -102,6 +102,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<socket::Request>()?;
     m.add_class::<socket::Replied>()?;
     m.add_class::<socket::Reactor>()?;
+    m.add_class::<socket::Poller>()?;
     m.add_function(wrap_pyfunction!(wire_decode, m)?)?;
     m.add_function(wrap_pyfunction!(wire_encode, m)?)?;
     m.add_function(wrap_pyfunction!(cutoffs_for_workload, m)?)?;

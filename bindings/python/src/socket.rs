@@ -1,14 +1,20 @@
 //! `homa.Socket` (blocking, GIL released while waiting) and the pieces the asyncio layer
 //! (`homa.aio`, in Python) is built from: a [`Reactor`] that turns homa-io's futures into
-//! asyncio futures, resolved when an eventfd the event loop watches becomes readable.
+//! asyncio futures, and a [`Poller`] through which the event loop drives the socket itself.
 //!
 //! How an asyncio call completes: `call_async` starts the RPC (its packets are sent from
 //! the calling thread) and parks homa-io's `Call` future in the reactor with a waker of
-//! our own. When the response arrives, a homa-io driver thread wakes that waker: it pushes
-//! the call's token on the reactor's ready list and, if the list was empty, writes the
-//! eventfd. The event loop, which watches the eventfd with `add_reader`, calls
-//! [`Reactor::dispatch`], which polls each ready future once and sets the asyncio future's
-//! result. No thread but the loop's touches Python objects; homa-io's threads never take
+//! our own. The event loop watches the socket ([`Poller::fileno`], homa-io's
+//! `Socket::poller`) with `add_reader`; when the response arrives it calls
+//! [`Poller::drive`], which receives and handles it on the loop's thread. That wakes the
+//! waker there: it pushes the call's token on the reactor's ready list, and `drive` then
+//! polls each ready future once and sets the asyncio future's result. One wake-up of the
+//! loop per packet, as for a TCP stream, and no other thread involved.
+//!
+//! Completions made by other threads (homa-io's driver thread runs timers when the loop
+//! does not drive, e.g. a call's timeout) push the token and, if the list was empty,
+//! write an eventfd the loop also watches; its callback ([`Reactor::dispatch`]) resolves
+//! them. No thread but the loop's touches Python objects; homa-io's threads never take
 //! the GIL, so they can never deadlock with a Python thread waiting for the endpoint lock.
 
 use std::collections::{HashMap, VecDeque};
@@ -172,7 +178,8 @@ impl Socket {
     /// Sends ``message`` (any bytes-like object, not copied) to the Homa server at ``dest``
     /// and blocks, without the GIL, until the response arrives; returns it as bytes.
     /// ``timeout`` (seconds) bounds the whole call; without it a silent server still fails
-    /// the call after Homa's timeout (``timeout_ticks``).
+    /// the call after Homa's timeout (``timeout_ticks``). Signals (Ctrl-C) are handled
+    /// while waiting: an exception they raise abandons the call.
     #[pyo3(signature = (dest, message, timeout = None))]
     fn call<'py>(
         &self,
@@ -185,7 +192,21 @@ impl Socket {
         let dest = addr(dest, "dest")?;
         let deadline = self::timeout(timeout)?;
         let payload = buffer::payload(message)?;
-        let result = py.detach(move || sock.call(dest, payload, deadline));
+        let started = py.detach(|| sock.start_call(dest, payload, deadline));
+        let mut call = started.map_err(|e| errors::io(py, e))?;
+        let result = loop {
+            match py.detach(|| call.wait_timeout(SIGNAL_CHECK)) {
+                Some(r) => break r,
+                None => {
+                    if let Err(e) = py.check_signals() {
+                        drop(call); // aborts the RPC
+                        buffer::release_pending(py);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        drop(call);
         buffer::release_pending(py);
         let response = result.map_err(|e| errors::io(py, e))?;
         Ok(PyBytes::new(py, &response))
@@ -290,6 +311,15 @@ impl Socket {
         let payload = buffer::payload(message)?;
         let call = sock.call_async(dest, payload, deadline).map_err(|e| errors::io(py, e))?;
         reactor.park(py, Op::Call(call), future)
+    }
+
+    /// A :class:`Poller` for the asyncio layer: the event loop drives the socket itself.
+    /// One at a time (``HomaError`` while another is open).
+    fn _poller(&self, py: Python<'_>) -> PyResult<Poller> {
+        let sock = self.open(py)?;
+        let poller = sock.poller().map_err(|e| errors::io(py, e))?;
+        let fd = poller.fd();
+        Ok(Poller { inner: Mutex::new(Some(poller)), fd })
     }
 
     /// The next request for the asyncio layer: ``(request, token)``: the request if one is
@@ -421,6 +451,71 @@ impl Replied {
     }
 }
 
+/// An event loop's handle for driving a socket itself (homa-io's `Socket::poller`): watch
+/// :meth:`fileno` with ``loop.add_reader(poller.fileno(), poller.drive, reactor)``. Used
+/// by ``homa.aio``.
+#[pyclass(module = "homa._native", frozen)]
+#[derive(Debug)]
+pub(crate) struct Poller {
+    /// `None` once closed.
+    inner: Mutex<Option<homa_io::Poller>>,
+    fd: i32,
+}
+
+#[pymethods]
+impl Poller {
+    /// The descriptor to watch for readability (until the socket closes).
+    fn fileno(&self) -> i32 {
+        self.fd
+    }
+
+    /// Receives and handles what has arrived, runs due timers, sends, and resolves the
+    /// asyncio futures of ``reactor`` that this completed. Never blocks. Returns the number
+    /// of datagrams received.
+    fn drive(&self, py: Python<'_>, reactor: &Reactor) -> PyResult<usize> {
+        let got = {
+            let guard = lock(&self.inner);
+            let Some(poller) = guard.as_ref() else { return Ok(0) };
+            // Wakers woken on this thread meanwhile need not write the eventfd: the ready
+            // list is dispatched right below.
+            let _driving = Driving::enter(&reactor.ready);
+            poller.drive()
+        };
+        reactor.dispatch_ready(py)?;
+        Ok(got)
+    }
+
+    /// Stops driving: homa-io's driver thread watches the socket again. Idempotent.
+    fn close(&self) {
+        lock(&self.inner).take();
+    }
+}
+
+thread_local! {
+    /// The reactor whose socket this thread is driving (see [`Poller::drive`]).
+    static DRIVING: std::cell::Cell<*const Ready> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Marks this thread as driving for `ready`'s reactor until dropped.
+struct Driving;
+
+impl Driving {
+    fn enter(ready: &Arc<Ready>) -> Driving {
+        DRIVING.with(|d| d.set(Arc::as_ptr(ready)));
+        Driving
+    }
+
+    fn is(ready: &Arc<Ready>) -> bool {
+        DRIVING.with(|d| std::ptr::eq(d.get(), Arc::as_ptr(ready)))
+    }
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        DRIVING.with(|d| d.set(std::ptr::null()));
+    }
+}
+
 /// A homa-io future parked in a reactor.
 #[derive(Debug)]
 enum Op {
@@ -474,7 +569,8 @@ impl Wake for TokenWaker {
             tokens.push(self.token);
             tokens.len() == 1
         };
-        if first {
+        // Woken by the loop's own `Poller::drive`: it dispatches when done.
+        if first && !Driving::is(&self.ready) {
             self.ready.signal();
         }
     }
@@ -500,6 +596,33 @@ impl Reactor {
 
     fn waker(&self, token: u64) -> Waker {
         Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&self.ready), token }))
+    }
+
+    /// Resolves the asyncio futures whose tokens are on the ready list.
+    fn dispatch_ready(&self, py: Python<'_>) -> PyResult<()> {
+        buffer::release_pending(py);
+        let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let mut finished = Vec::new();
+        {
+            let mut pending = lock(&self.pending);
+            for token in tokens {
+                let Some(p) = pending.get_mut(&token) else { continue };
+                if let Some(done) = poll(&mut p.op, &p.waker) {
+                    let p = pending.remove(&token).expect("present");
+                    finished.push((p, done));
+                }
+            }
+        }
+        for (p, done) in finished {
+            if let Some(unclaimed) = resolve(py, p.future.bind(py), done)? {
+                lock(&self.leftover).push_back(unclaimed);
+            }
+            drop(p);
+        }
+        Ok(())
     }
 
     /// Polls `op` once; if it is not done, keeps it until its waker fires.
@@ -604,27 +727,8 @@ impl Reactor {
     /// Resolves the asyncio futures whose homa-io futures are ready. Call from the loop's
     /// thread when :meth:`fileno` is readable (or any time: it does nothing if none is).
     fn dispatch(&self, py: Python<'_>) -> PyResult<()> {
-        buffer::release_pending(py);
         self.ready.clear();
-        let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
-        let mut finished = Vec::new();
-        {
-            let mut pending = lock(&self.pending);
-            for token in tokens {
-                let Some(p) = pending.get_mut(&token) else { continue };
-                if let Some(done) = poll(&mut p.op, &p.waker) {
-                    let p = pending.remove(&token).expect("present");
-                    finished.push((p, done));
-                }
-            }
-        }
-        for (p, done) in finished {
-            if let Some(unclaimed) = resolve(py, p.future.bind(py), done)? {
-                lock(&self.leftover).push_back(unclaimed);
-            }
-            drop(p);
-        }
-        Ok(())
+        self.dispatch_ready(py)
     }
 
     /// A request left over from a cancelled receive, if any.

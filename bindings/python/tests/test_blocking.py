@@ -106,3 +106,54 @@ def test_blocking_sends_do_not_copy(port: int) -> None:
         payload = bytearray(b"abc" * 10_000)
         assert client.call(server.local_addr, payload, timeout=10) == bytes(payload)[::-1]
         payload.append(0)  # the export ended with the call
+
+
+def test_port_is_free_while_a_request_is_held(port: int) -> None:
+    """close() releases the port even while a request (which refers to the socket's shared
+    state) lives on; answering it then raises ShutdownError."""
+    server = homa.Socket(port, host=LOCAL)
+    client = homa.Socket(host=LOCAL)
+    done: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            client.call((LOCAL, port), b"held")
+        except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+            done.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    req = server.recv_request()
+    server.close()
+    homa.Socket(port, host=LOCAL).close()  # the port is free again
+    with pytest.raises(homa.ShutdownError):
+        req.reply(b"too late")
+    client.close()
+    t.join()
+    assert len(done) == 1 and isinstance(done[0], homa.ShutdownError)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_signal_interrupts_a_blocking_call(port: int) -> None:
+    """A blocking call wakes up periodically to run signal handlers (Ctrl-C): an exception
+    a handler raises ends the call (the RPC is abandoned)."""
+    import signal
+
+    server = homa.Socket(port, host=LOCAL)  # receives, never answers
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with homa.Socket(host=LOCAL, timeout_ticks=100_000) as client, pytest.raises(Interrupted):
+            client.call((LOCAL, port), b"anyone?")
+        assert client.metrics()["pending_calls"] == 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        server.close()

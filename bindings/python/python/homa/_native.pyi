@@ -20,6 +20,7 @@ __all__ = [
     "Request",
     "Replied",
     "Reactor",
+    "Poller",
     "wire_decode",
     "wire_encode",
     "cutoffs_for_workload",
@@ -179,6 +180,14 @@ class Reactor:
     def pending(self) -> int: ...
 
 @final
+class Poller:
+    """Lets an event loop drive a socket itself (used by :mod:`homa.aio`)."""
+
+    def fileno(self) -> int: ...
+    def drive(self, reactor: Reactor) -> int: ...
+    def close(self) -> None: ...
+
+@final
 class Socket:
     """A blocking Homa socket over UDP, raw IP or io_uring (homa-io)."""
 
@@ -215,3 +224,4 @@ class Socket:
         timeout: float | None = None,
     ) -> int: ...
     def _recv_async(self, reactor: Reactor, future: Any) -> tuple[Request | None, int]: ...
+    def _poller(self) -> Poller: ...

@@ -5,10 +5,13 @@ response. A server takes requests with ``async for req in sock.requests()`` (or 
 sock.recv_request()``) and answers with ``req.reply(data)`` (awaitable, never blocks), or
 hands a handler to :meth:`AsyncSocket.serve`, which runs it concurrently for each request.
 
-The RPCs run on homa-io's driver thread; completions reach the event loop through an eventfd
-it watches (``loop.add_reader``), so nothing polls and the GIL is never taken by homa's
-threads. Works with any loop that supports ``add_reader`` (the default loop on Linux,
-uvloop)."""
+The event loop drives the socket itself: it watches the socket with ``loop.add_reader`` and,
+when a packet arrives, receives and handles it on its own thread, so a response or request
+reaches its awaiting task with one wake-up of the loop (as a TCP stream does) and no other
+thread involved. homa-io's driver thread still runs Homa's timers while the loop is busy or
+idle; what it completes reaches the loop through an eventfd the loop also watches. Nothing
+polls, and homa's threads never take the GIL. Works with any loop that supports
+``add_reader`` (the default loop on Linux, uvloop)."""
 
 from __future__ import annotations
 
@@ -60,6 +63,10 @@ class AsyncSocket:
         self._reactor = _native.Reactor()
         self._fd = self._reactor.fileno()
         loop.add_reader(self._fd, self._reactor.dispatch)
+        # The loop drives the socket: packets are received and handled on its thread.
+        self._poller = native._poller()
+        self._poller_fd = self._poller.fileno()
+        loop.add_reader(self._poller_fd, self._poller.drive, self._reactor)
 
     @property
     def socket(self) -> _native.Socket:
@@ -194,6 +201,10 @@ class AsyncSocket:
         request iterators end. Idempotent; call it from the socket's loop."""
         if self._native.closed:
             return
+        if not self._loop.is_closed():
+            # Before the socket (and its descriptor) goes.
+            self._loop.remove_reader(self._poller_fd)
+        self._poller.close()
         self._native.close()
         self._reactor.dispatch()  # resolve what the shutdown failed
         if not self._loop.is_closed():
