@@ -929,11 +929,27 @@ impl Shared {
             // swallow the datagram that wakes the leader.
             if !inner.leader_blocking {
                 inner.receive(now);
+            } else if fired && readable(self.readiness) {
+                // Datagrams wait and the leader is being woken for them: it runs the due
+                // timers once it has taken them. Run here first, they would judge silent
+                // what sits in the queue (RESENDs, duplicate retransmissions); look again
+                // shortly in case the leader is slow to run.
+                let retry = now + TICK_SLACK;
+                inner.arm(Some(retry));
+                self.release(inner);
+                continue;
             }
             inner.settle(true);
             self.release(inner);
         }
     }
+}
+
+/// Whether `fd` is readable now.
+fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd; no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
 }
 
 impl Inner {
@@ -1053,6 +1069,7 @@ impl Inner {
     pub(crate) fn settle(&mut self, timers: bool) {
         let now = self.now;
         let mut rounds = 0;
+        let mut drained = false;
         loop {
             self.drain(now);
             if self.feed_unreachable() {
@@ -1060,6 +1077,16 @@ impl Inner {
             }
             let next = self.next_deadline();
             if timers && next.is_some_and(|d| d <= now) && rounds < TIMER_ROUNDS {
+                // Timers judge silence: first take whatever waits in the socket queue (a
+                // leader or an event loop has read only what woke it), else data that has
+                // arrived looks missing and draws RESENDs (and duplicate retransmissions).
+                // Not while a leader sleeps in the waiter: its wake-up must reach it.
+                if !drained && !self.leader_blocking {
+                    drained = true;
+                    if self.receive(now) > 0 {
+                        continue;
+                    }
+                }
                 rounds += 1;
                 while let Some(&(when, id)) = self.deadlines.first()
                     && when <= now

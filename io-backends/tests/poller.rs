@@ -169,26 +169,30 @@ fn shutdown_frees_the_port_while_requests_calls_and_pollers_live() {
         let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
         let client = builder.clone().client(loopback_v4()).unwrap();
         let addr = server.local_addr();
-        // A thread blocked in recv_request leads (with UDP: asleep in the receive call).
+        // A thread blocked in recv_request leads (with UDP: asleep in the receive call),
+        // and keeps the requests it gets.
         let blocked = {
             let server = Arc::clone(&server);
             std::thread::spawn(move || {
-                let first = server.recv_request();
-                (first, server.recv_request())
+                let mut held = Vec::new();
+                loop {
+                    match server.recv_request() {
+                        Ok(r) => held.push(r),
+                        Err(e) => return (held, e),
+                    }
+                }
             })
         };
         let held_call = client.call_async(addr, b"one".to_vec(), None).unwrap();
         let second = client.call_async(addr, b"two".to_vec(), None).unwrap();
         let poller = client.poller().unwrap();
         server.shutdown();
-        let (first, after) = blocked.join().unwrap();
-        // The first request may have arrived before the shutdown; it is held here.
-        let held_request = first.ok();
-        assert!(matches!(after, Err(Error::Shutdown)), "{after:?}");
-        // The server's port is free although a request (maybe) and the socket live on.
+        let (held_requests, after) = blocked.join().unwrap();
+        assert!(matches!(after, Error::Shutdown), "{after:?}");
+        // The server's port is free although requests (maybe) and the socket live on.
         let again = builder.clone().bind(addr).expect("the port is free again");
         assert!(again.local_addr() == addr);
-        if let Some(r) = held_request {
+        for r in held_requests {
             assert!(matches!(r.reply(b"late".to_vec()), Err(Error::Shutdown)));
         }
         // And the client's UDP port, while its calls and its poller live.

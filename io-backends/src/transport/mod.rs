@@ -136,16 +136,29 @@ impl Datagram {
 /// Fixed-size slots for up to `capacity` datagrams, filled in order, reused across batches.
 /// Sending: write a packet into [`next_slot`](Batch::next_slot), then [`push`](Batch::push)
 /// its description. Receiving: the transport does the same with what arrived.
+///
+/// The first slot starts on a page boundary (and so does every slot whose length is a
+/// multiple of 64, e.g. [`RECV_SLOT_LEN`]): the kernel copies a received datagram into a
+/// buffer that is not 64-byte aligned several times slower (measured on loopback: 1.3-1.5
+/// against 5-6 GB/s for 64 KB datagrams).
 pub struct Batch {
     buf: Vec<u8>,
+    /// Where slot 0 starts in `buf` (the first page-aligned byte).
+    base: usize,
     slot_len: usize,
     items: Vec<Datagram>,
 }
 
+/// Alignment of a batch's first slot.
+const BATCH_ALIGN: usize = 4096;
+
 impl Batch {
     /// A batch of `capacity` slots of `slot_len` bytes.
     pub fn new(capacity: usize, slot_len: usize) -> Batch {
-        Batch { buf: vec![0; capacity * slot_len], slot_len, items: Vec::with_capacity(capacity) }
+        let len = capacity * slot_len;
+        let buf = vec![0; len + if len == 0 { 0 } else { BATCH_ALIGN }];
+        let base = if len == 0 { 0 } else { buf.as_ptr().align_offset(BATCH_ALIGN) };
+        Batch { buf, base, slot_len, items: Vec::with_capacity(capacity) }
     }
 
     pub fn capacity(&self) -> usize {
@@ -181,7 +194,8 @@ impl Batch {
     /// slots with one system call. Panics if `i >= capacity`.
     pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
         assert!(i < self.capacity(), "batch slot {i} out of range");
-        &mut self.buf[i * self.slot_len..(i + 1) * self.slot_len]
+        let start = self.base + i * self.slot_len;
+        &mut self.buf[start..start + self.slot_len]
     }
 
     /// Appends the datagram whose bytes are in the next slot. Panics if full or if
@@ -194,8 +208,8 @@ impl Batch {
     /// Moves `len` bytes at `offset` in slot `src` to the start of slot `dst`.
     pub(crate) fn move_within(&mut self, src: usize, offset: usize, len: usize, dst: usize) {
         if src != dst || offset != 0 {
-            let from = src * self.slot_len + offset;
-            self.buf.copy_within(from..from + len, dst * self.slot_len);
+            let from = self.base + src * self.slot_len + offset;
+            self.buf.copy_within(from..from + len, self.base + dst * self.slot_len);
         }
     }
 
@@ -203,14 +217,14 @@ impl Batch {
     /// but the last fill their slots.
     pub(crate) fn run_bytes(&self, first: usize, count: usize) -> &[u8] {
         let (last, _) = self.get(first + count - 1);
-        let start = first * self.slot_len;
+        let start = self.base + first * self.slot_len;
         &self.buf[start..start + (count - 1) * self.slot_len + last.len]
     }
 
     /// Datagram `i` and its bytes.
     pub fn get(&self, i: usize) -> (Datagram, &[u8]) {
         let d = self.items[i];
-        let start = i * self.slot_len;
+        let start = self.base + i * self.slot_len;
         (d, &self.buf[start..start + d.len])
     }
 }

@@ -22,7 +22,7 @@ pub(crate) const BATCH: usize = 32;
 /// Socket buffer size asked for: enough for a few 1,000,000-byte messages in flight.
 const SOCKET_BUFFER: i32 = 8 << 20;
 /// A datagram this long (a full packet of a multi-packet message, at any usual MTU) turns
-/// UDP GRO on ([`Gro`]) and makes the waiter ask for more than one datagram.
+/// UDP GRO on ([`Gro`]).
 const BULK_DATAGRAM: usize = 1_024;
 
 /// UDP receive offload, turned on lazily. With GRO on, every receive must fetch control
@@ -335,8 +335,9 @@ struct SocketWaiter {
     /// Datagrams to ask for: 1 while waits find the queue empty (each datagram asked for
     /// beyond those queued costs the kernel a failed attempt); doubled while they fill it.
     vlen: usize,
-    /// Waits since the last one that asked for 2 to see if datagrams queue up; after a
-    /// bulk datagram ([`BULK_DATAGRAM`]) the next wait asks at once.
+    /// Waits since the last one that asked for 2 to see if datagrams queue up. (Not after
+    /// every bulk datagram: a receiver that handles datagrams one by one sends its grants
+    /// sooner, and the sender keeps going; batching them stalls it.)
     since_probe: u32,
     stats: TransportStats,
     unreachable: VecDeque<Unreachable>,
@@ -365,9 +366,6 @@ impl Waiter for SocketWaiter {
         let result = sys::recv_batch(fd, batch, &mut self.scratch, mode, &mut r);
         let got = (self.stats.rx_datagrams + self.stats.rx_dropped - before) as usize;
         self.vlen = if vlen > 1 && got >= vlen { (vlen * 2).min(BATCH) } else { 1 };
-        if batch.len() > first && batch.get(batch.len() - 1).0.len >= BULK_DATAGRAM {
-            self.since_probe = PROBE_EVERY; // bulk data: more is likely queued behind it
-        }
         self.gro.after_recv(fd, batch, first);
         result
     }

@@ -26,7 +26,9 @@ const CANCEL: u64 = 1 << 33;
 
 /// One posted `recvmsg`: its buffer, source address, and the headers pointing at them.
 struct RecvSlot {
+    /// `RECV_SLOT_LEN` bytes from `off`, 64-byte aligned (see [`Batch`]).
     buf: Box<[u8]>,
+    off: usize,
     name: libc::sockaddr_storage,
     iov: libc::iovec,
     msg: libc::msghdr,
@@ -108,7 +110,9 @@ impl UringTransport {
         let recv = (0..BATCH)
             .map(|_| {
                 let (name, iov, msg) = zero();
-                RecvSlot { buf: vec![0; RECV_SLOT_LEN].into(), name, iov, msg, done: None }
+                let buf: Box<[u8]> = vec![0; RECV_SLOT_LEN + 64].into();
+                let off = buf.as_ptr().align_offset(64);
+                RecvSlot { buf, off, name, iov, msg, done: None }
             })
             .collect();
         let send = (0..SEND_SLOTS)
@@ -160,7 +164,8 @@ impl Ring {
     fn post_recv(&mut self, fd: i32, i: usize) -> io::Result<()> {
         let s = &mut self.recv[i];
         s.done = None;
-        s.iov = libc::iovec { iov_base: s.buf.as_mut_ptr().cast(), iov_len: s.buf.len() };
+        let buf = &mut s.buf[s.off..s.off + RECV_SLOT_LEN];
+        s.iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         s.msg.msg_name = ptr::from_mut(&mut s.name).cast();
         s.msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
         s.msg.msg_iov = &raw mut s.iov;
@@ -392,11 +397,11 @@ impl UringTransport {
         let from = sys::read_sockaddr(&s.name)
             .map(|a| SocketAddr::new(a.ip().to_canonical(), if raw { 0 } else { a.port() }));
         // A datagram filling the whole slot may have been cut short (no IP packet is this big).
-        let (Some(from), true) = (from, len < s.buf.len()) else {
+        let (Some(from), true) = (from, len < RECV_SLOT_LEN) else {
             self.socket.stats.rx_dropped += 1;
             return;
         };
-        let mut bytes = &s.buf[..len];
+        let mut bytes = &s.buf[s.off..s.off + len];
         if strip {
             let ihl = usize::from(bytes.first().copied().unwrap_or(0) & 0x0f) * 4;
             if ihl < 20 || ihl > bytes.len() {
