@@ -72,7 +72,7 @@ def test_thousand_concurrent_calls(run: Callable[[Any], Any], port: int) -> None
 
     async def main() -> None:
         srv, task = await echo_server(port)
-        slow = {"resend_ticks": 100, "resend_interval": 100, "timeout_ticks": 2000}
+        slow: dict[str, Any] = {"resend_ticks": 100, "resend_interval": 100, "timeout_ticks": 2000}
         async with await homa.open(host=LOCAL, **slow) as cli:
             messages = [b"call %d" % i for i in range(1000)]
             calls = [cli.call(srv.local_addr, m, timeout=30) for m in messages]

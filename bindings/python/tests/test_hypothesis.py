@@ -1,9 +1,16 @@
 """Property tests of the binding's entry points that read peer bytes (issue 7's Python part):
-arbitrary and mutated packets through `homa.wire.decode` and `homa.Endpoint.handle_packet`.
-Hypothesis runs derandomized, so every CI run tries the same inputs."""
+arbitrary and mutated packets through `homa.wire.decode` and `homa.Endpoint.handle_packet`,
+mixed with the Endpoint's API calls (arbitrary arguments), clock steps and timeouts.
+
+In CI hypothesis runs derandomized, so every run tries the same inputs. A longer, random run
+(fuzz/README.md records one)::
+
+    HOMA_HYPOTHESIS_EXAMPLES=50000 pytest tests/test_hypothesis.py
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -12,7 +19,10 @@ from hypothesis import strategies as st
 
 import homa
 
-SETTINGS = settings(derandomize=True, max_examples=1500, deadline=None)
+CAMPAIGN = int(os.environ.get("HOMA_HYPOTHESIS_EXAMPLES", "0"))
+SETTINGS = settings(
+    derandomize=not CAMPAIGN, max_examples=CAMPAIGN or 1500, deadline=None, database=None
+)
 
 # Real packets to mutate: one of each kind the engine emits in an exchange.
 CLIENT = ("198.18.0.1", 4000)
@@ -91,31 +101,112 @@ def test_decode_either_errors_cleanly_or_round_trips(data: bytes) -> None:
         return
     encoded = homa.wire.encode(fields)
     assert data.startswith(encoded)
+    assert homa.wire.decode(encoded) == fields
+
+
+PEERS = [("198.18.0.2", 4000), ("198.18.0.3", 4000), ("198.18.0.2", 4001), ("2001:db8::2", 4000)]
+OURS = 70_000  # stands for the endpoint's ephemeral port in a "request" step
+
+CONFIGS = st.fixed_dictionaries(
+    {
+        "max_peers": st.sampled_from([10_000, 1, 2]),
+        "max_rpcs_per_peer": st.sampled_from([10_000, 1, 2]),
+        "max_rx_bytes": st.sampled_from([1 << 30, 1_000_000]),
+        "max_gaps": st.sampled_from([1024, 0, 2]),
+        "max_pending_control": st.sampled_from([65_536, 1, 4]),
+        "timeout_ticks": st.sampled_from([100, 3]),
+        "resend_ticks": st.just(2),
+        "ack_timeout_ticks": st.sampled_from([1000, 4]),
+        "mtu": st.sampled_from([1500, 576, 9000]),
+    }
+)
+
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("packet"), st.integers(0, len(PEERS) - 1), packets),
+        st.tuples(st.just("time"), st.integers(0, 20_000_000)),
+        st.tuples(st.just("timeout")),
+        st.tuples(
+            st.just("request"),
+            st.integers(0, len(PEERS) - 1),
+            st.sampled_from([OURS, OURS, OURS, 0, 99, 5, 40_000, 65_535]),
+            st.integers(0, 65_535),
+            st.sampled_from([0, 1, 100, 5000, 60_000, 1_000_001]),
+            st.integers(0, 2**64 - 1),
+        ),
+        st.tuples(st.just("abort"), st.integers(0, 2**64 - 1)),
+        st.tuples(st.just("respond"), st.integers(0, 10), st.sampled_from([0, 1, 3000])),
+        st.tuples(st.just("unreachable"), st.integers(0, len(PEERS) - 1)),
+        st.tuples(st.just("bind"), st.integers(0, 65_535)),
+        st.tuples(st.just("unbind"), st.integers(0, 65_535)),
+    ),
+    max_size=60,
+)
 
 
 @SETTINGS
-@given(st.lists(st.tuples(packets, st.integers(0, 3), st.integers(0, 20_000_000)), max_size=30))
-def test_endpoint_survives_any_packets(steps: list[tuple[bytes, int, int]]) -> None:
-    ep = homa.Endpoint(max_rx_bytes=2_000_000, max_peers=3, max_rpcs_per_peer=4)
+@given(CONFIGS, STEPS)
+def test_endpoint_survives_any_packets_and_calls(config: dict[str, int], steps: list[Any]) -> None:
+    """Whatever arrives and whatever the application asks: `handle_packet` returns or raises
+    `WireError`, API calls return or raise a `HomaError`, every packet sent decodes and fits
+    the MTU, events name only live client RPCs (with their cookies), and the metrics add up
+    and stay within the configured limits."""
+    ep = homa.Endpoint(**config)
     ep.bind(99)
-    ep.bind_ephemeral()
-    now = 0
-    for data, peer, dt in steps:
-        now += dt
+    ours = ep.bind_ephemeral()
+    now, handed = 0, 0
+    live: dict[int, int] = {}  # client RPC id -> cookie
+    requests: list[homa.ServerRpc] = []
+    max_packet = config["mtu"] - 20
+    for step in steps:
+        kind = step[0]
         try:
-            ep.handle_packet(now, (f"198.18.0.{peer + 1}", 4000), data)
-        except homa.WireError:
-            pass
-        ep.handle_timeout(now)
+            if kind == "packet":
+                handed += 1
+                try:
+                    ep.handle_packet(now, PEERS[step[1]], step[2])
+                except homa.WireError:
+                    pass
+            elif kind == "time":
+                now += step[1]
+                ep.handle_timeout(now)
+            elif kind == "timeout":
+                ep.handle_timeout(now)
+            elif kind == "request":
+                _, peer, port, dport, length, cookie = step
+                port = ours if port == OURS else port
+                rpc = ep.send_request(now, port, PEERS[peer], dport, bytes(length), cookie)
+                assert rpc not in live and rpc % 2 == 0
+                live[rpc] = cookie
+            elif kind == "abort":
+                rpc = next(iter(live)) if live and step[1] % 2 == 0 else step[1]
+                ep.abort(rpc)
+                assert live.pop(rpc, None) is not None, f"aborted {rpc}, not a live RPC"
+            elif kind == "respond" and requests:
+                ep.send_response(now, requests.pop(step[1] % len(requests)), bytes(step[2]))
+            elif kind == "unreachable":
+                ep.handle_unreachable(PEERS[step[1]])
+            elif kind == "bind":
+                ep.bind(step[1])
+            elif kind == "unbind":
+                ep.unbind(step[1])
+        except homa.HomaError:
+            pass  # a refused call; anything else is a bug
         while (t := ep.poll_transmit(now)) is not None:
-            homa.wire.decode(t.data)  # everything the endpoint sends parses
+            assert len(t.data) <= max_packet, (len(t.data), max_packet)
+            assert 0 <= t.priority <= 7
+            homa.wire.decode(t.data)
         while (e := ep.poll_event()) is not None:
             if isinstance(e, homa.RequestReceived):
-                ep.discard(e.rpc)
+                requests.append(e.rpc)
+            else:
+                assert live.pop(e.id, None) == e.cookie, f"event for RPC {e.id}, not live"
         m = ep.metrics()
-        assert m["packets_in"] == m["accepted"] + m["drops"]["total"]
-        assert m["rx_bytes"] <= 2_000_000
-        assert m["peers"] <= 3
+        assert m["packets_in"] == handed
+        assert m["packets_in"] == m["accepted"] + m["drops"]["total"], m
+        assert m["rx_bytes"] <= config["max_rx_bytes"]
+        assert m["peers"] <= config["max_peers"]
+        assert m["rpcs"] <= len(live) + config["max_peers"] * config["max_rpcs_per_peer"]
 
 
 def test_the_captured_packets_cover_the_exchange() -> None:
