@@ -154,6 +154,9 @@ enum NodeKind {
         addr: SocketAddr,
         uplink: Option<LinkId>,
         armed: Option<Instant>,
+        /// Times with a `Timer` action pending, each with the number of later arms at the
+        /// same time that were not scheduled (see `arm`).
+        timers: Vec<(Instant, u64)>,
     },
     Switch {
         delay: Duration,
@@ -241,6 +244,7 @@ impl Network {
             addr,
             uplink: None,
             armed: None,
+            timers: Vec::new(),
         });
         self.by_addr.insert(addr, id);
         id
@@ -408,7 +412,14 @@ impl Network {
             Action::Arrive(node, packet) => self.arrive(node, packet, app),
             Action::Enqueue(l, packet) => self.enqueue(l, packet),
             Action::Timer(host) => {
-                let NodeKind::Host { endpoint, armed, .. } = &mut self.nodes[host] else { return };
+                let NodeKind::Host { endpoint, armed, timers, .. } = &mut self.nodes[host] else {
+                    return;
+                };
+                // Arms folded into this action count as the stale actions they would have
+                // been, so `steps` measures the same work as before the folding.
+                if let Some(i) = timers.iter().position(|&(t, _)| t == at) {
+                    self.steps += timers.swap_remove(i).1;
+                }
                 if *armed != Some(at) {
                     return;
                 }
@@ -549,7 +560,7 @@ impl Network {
             if deadline > self.now {
                 if *armed != Some(deadline) {
                     *armed = Some(deadline);
-                    self.schedule(deadline, Action::Timer(host));
+                    self.arm(host, deadline);
                 }
                 return;
             }
@@ -557,12 +568,27 @@ impl Network {
                 // Due now yet nothing moves: look again a nanosecond later.
                 let at = self.now + 1;
                 *armed = Some(at);
-                self.schedule(at, Action::Timer(host));
+                self.arm(host, at);
                 return;
             }
             endpoint.handle_timeout(self.now);
             timeout_ran = true;
         }
+    }
+
+    /// Schedules a `Timer` action for `host` at `at`, unless one is already pending then.
+    /// That one runs first (it was scheduled earlier) and a second would always find the
+    /// host re-armed or disarmed, so it is only counted. Hosts often go back to the same
+    /// deadline (the next tick after a pacer slot); without this, thousands of such stale
+    /// actions would sit in the heap.
+    fn arm(&mut self, host: NodeId, at: Instant) {
+        let NodeKind::Host { timers, .. } = &mut self.nodes[host] else { return };
+        if let Some(entry) = timers.iter_mut().find(|(t, _)| *t == at) {
+            entry.1 += 1;
+            return;
+        }
+        timers.push((at, 0));
+        self.schedule(at, Action::Timer(host));
     }
 
     fn host_by_addr(&self, addr: SocketAddr) -> Option<NodeId> {
