@@ -3,27 +3,11 @@
 
 use std::net::SocketAddr;
 
-use homa_core::wire::{self, Ack, Body, PacketType, data, header};
+use homa_core::wire::{self, Body};
 use homa_core::{Config, Endpoint};
 
-fn request_data(length: u32, incoming: u32, offset: u32, len: usize) -> Vec<u8> {
-    let mut h = header::Repr::new(PacketType::Data, 40_000, 99, 100);
-    h.sequence = offset;
-    let repr = data::Repr {
-        message_length: length,
-        incoming,
-        ack: Ack::NONE,
-        cutoff_version: Config::default().cutoff_version,
-        retransmit: 0,
-        pad: [0; 3],
-        seg_offset: offset,
-    };
-    let payload = vec![7; len];
-    let p = wire::Repr { header: h, body: Body::Data { repr, payload: &payload } };
-    let mut bytes = vec![0; p.buffer_len()];
-    p.emit(&mut bytes).unwrap();
-    bytes
-}
+mod common;
+use common::request_data;
 
 /// Found by the `endpoint_packets` fuzz target (fuzz/regressions/endpoint_packets/
 /// data-past-grant-phantom-incoming): after a sender sent past its grant, the next GRANT

@@ -2,28 +2,10 @@
 
 use std::net::SocketAddr;
 
-use homa_core::wire::{self, Ack, Body, PacketType, data, header};
 use homa_core::{Config, Endpoint};
 
-/// DATA of a request from client id 100 with `payload` bytes at `offset`.
-fn request_data(length: u32, incoming: u32, offset: u32, payload: usize) -> Vec<u8> {
-    let mut h = header::Repr::new(PacketType::Data, 40_000, 99, 100);
-    h.sequence = offset;
-    let repr = data::Repr {
-        message_length: length,
-        incoming,
-        ack: Ack::NONE,
-        cutoff_version: Config::default().cutoff_version,
-        retransmit: 0,
-        pad: [0; 3],
-        seg_offset: offset,
-    };
-    let payload = vec![7; payload];
-    let packet = wire::Repr { header: h, body: Body::Data { repr, payload: &payload } };
-    let mut bytes = vec![0; packet.buffer_len()];
-    packet.emit(&mut bytes).unwrap();
-    bytes
-}
+mod common;
+use common::request_data;
 
 /// Found by the `endpoint_packets` fuzz target (fuzz/regressions/endpoint_packets/
 /// empty-first-data-pins-rpc): a first DATA that created a server RPC and was then dropped

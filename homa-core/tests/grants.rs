@@ -2,29 +2,11 @@
 
 use std::net::SocketAddr;
 
-use homa_core::wire::{self, Ack, Body, PacketType, data, header};
+use homa_core::wire::{self, Body};
 use homa_core::{Config, Endpoint};
 
-/// DATA of a request from client id 100: bytes [offset, offset + len) of a `length`-byte
-/// message with `incoming` unscheduled bytes.
-fn request_data(length: u32, incoming: u32, offset: u32, len: u32) -> Vec<u8> {
-    let mut h = header::Repr::new(PacketType::Data, 40_000, 99, 100);
-    h.sequence = offset;
-    let repr = data::Repr {
-        message_length: length,
-        incoming,
-        ack: Ack::NONE,
-        cutoff_version: Config::default().cutoff_version,
-        retransmit: 0,
-        pad: [0; 3],
-        seg_offset: offset,
-    };
-    let payload = vec![7; len as usize];
-    let packet = wire::Repr { header: h, body: Body::Data { repr, payload: &payload } };
-    let mut bytes = vec![0; packet.buffer_len()];
-    packet.emit(&mut bytes).unwrap();
-    bytes
-}
+mod common;
+use common::request_data;
 
 /// Found by the `grant_model` fuzz target (fuzz/regressions/grant_model/
 /// redundant-grant-after-full-grant): once a message was granted to its end, every further
@@ -40,7 +22,7 @@ fn no_grant_repeats_an_offset_once_the_message_is_fully_granted() {
     let (length, mut offset, mut grants) = (30_000, 0, Vec::new());
     while offset < length {
         let len = config.max_payload().min(length - offset);
-        ep.handle_packet(0, from, &request_data(length, 10_000, offset, len)).unwrap();
+        ep.handle_packet(0, from, &request_data(length, 10_000, offset, len as usize)).unwrap();
         offset += len;
         while let Some(t) = ep.poll_transmit(0, &mut buf) {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use homa_core::testnet::{self, App, LinkId, Network, NodeId};
+use homa_core::wire::{self, Ack, Body, PacketType, data, header};
 use homa_core::{Config, Endpoint, Event, FailReason};
 
 pub(crate) const SERVER_PORT: u16 = 99;
@@ -98,4 +99,26 @@ pub(crate) fn call(
 pub(crate) fn settle(net: &mut Network, app: &mut impl App, limit_ms: u64) {
     let limit = net.now() + limit_ms * MS;
     assert!(net.run_until_idle(limit, app), "network still busy after {limit_ms} ms");
+}
+
+/// DATA of a request from client id 100 to port 99: bytes [offset, offset + len) of a
+/// `length`-byte message with `incoming` unscheduled bytes, for handing straight to an
+/// endpoint.
+pub(crate) fn request_data(length: u32, incoming: u32, offset: u32, len: usize) -> Vec<u8> {
+    let mut h = header::Repr::new(PacketType::Data, 40_000, SERVER_PORT, 100);
+    h.sequence = offset;
+    let repr = data::Repr {
+        message_length: length,
+        incoming,
+        ack: Ack::NONE,
+        cutoff_version: Config::default().cutoff_version,
+        retransmit: 0,
+        pad: [0; 3],
+        seg_offset: offset,
+    };
+    let payload = vec![7; len];
+    let packet = wire::Repr { header: h, body: Body::Data { repr, payload: &payload } };
+    let mut bytes = vec![0; packet.buffer_len()];
+    packet.emit(&mut bytes).unwrap();
+    bytes
 }
