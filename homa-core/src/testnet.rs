@@ -124,6 +124,8 @@ pub struct Link {
     pub faults: Faults,
     pub stats: LinkStats,
     queues: [VecDeque<Packet>; LEVELS],
+    /// A bit per non-empty queue, so the next packet is found without looking at all.
+    waiting: u8,
     queued: u64,
     /// When the packet on the wire is out; the link is idle from then on.
     busy_until: Instant,
@@ -138,11 +140,15 @@ impl Link {
     }
 }
 
-/// A packet in flight between hosts.
+/// A packet in flight between hosts. (Ids are `u32` here and in `Action` to keep pending
+/// actions small: they are moved in and out of the agenda at every hop.)
 #[derive(Debug, Clone)]
 struct Packet {
-    src: NodeId,
-    dst: NodeId,
+    src: u32,
+    dst: u32,
+    /// The packet is `bytes[..len]`: buffers keep their full size, so the endpoint writes
+    /// into them directly and they are reused without resizing.
+    len: u32,
     priority: u8,
     bytes: Vec<u8>,
 }
@@ -167,13 +173,13 @@ enum NodeKind {
 #[derive(Debug)]
 enum Action {
     /// A link finished putting its current packet on the wire.
-    LinkFree(LinkId),
+    LinkFree(u32),
     /// A packet reaches a node.
-    Arrive(NodeId, Packet),
+    Arrive(u32, Packet),
     /// A switch hands a packet to an output link.
-    Enqueue(LinkId, Packet),
+    Enqueue(u32, Packet),
     /// A host's deadline (stale if the host re-armed differently).
-    Timer(NodeId),
+    Timer(u32),
 }
 
 /// A far action, ordered by time, then by the order it was scheduled in.
@@ -342,7 +348,8 @@ pub struct Network {
     links: Vec<Link>,
     actions: Agenda,
     rng: Rng,
-    buf: Vec<u8>,
+    /// Length of packet buffers: the largest `max_packet_len` of the hosts.
+    packet_len: usize,
     /// Packet buffers of delivered or dropped packets, for reuse.
     pool: Vec<Vec<u8>>,
     by_addr: hashbrown::HashMap<SocketAddr, NodeId, foldhash::fast::FixedState>,
@@ -368,7 +375,7 @@ impl Network {
             links: Vec::new(),
             actions: Agenda::new(),
             rng: Rng::new(seed),
-            buf: Vec::new(),
+            packet_len: 0,
             pool: Vec::new(),
             by_addr: hashbrown::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(seed)),
             malformed: 0,
@@ -385,7 +392,7 @@ impl Network {
     pub fn add_host(&mut self, addr: SocketAddr, endpoint: Endpoint) -> NodeId {
         let id = self.nodes.len();
         let len = endpoint.config().max_packet_len();
-        self.buf.resize(self.buf.len().max(len), 0);
+        self.packet_len = self.packet_len.max(len);
         self.nodes.push(NodeKind::Host {
             endpoint: Box::new(endpoint),
             addr,
@@ -417,6 +424,7 @@ impl Network {
             faults: Faults::default(),
             stats: LinkStats::default(),
             queues: Default::default(),
+            waiting: 0,
             queued: 0,
             busy_until: 0,
             free_pending: false,
@@ -537,12 +545,13 @@ impl Network {
         self.steps += 1;
         match action {
             Action::LinkFree(l) => {
-                self.links[l].free_pending = false;
-                self.start_link(l);
+                self.links[l as usize].free_pending = false;
+                self.start_link(l as usize);
             }
-            Action::Arrive(node, packet) => self.arrive(node, packet, app),
-            Action::Enqueue(l, packet) => self.enqueue(l, packet),
+            Action::Arrive(node, packet) => self.arrive(node as usize, packet, app),
+            Action::Enqueue(l, packet) => self.enqueue(l as usize, packet),
             Action::Timer(host) => {
+                let host = host as usize;
                 let NodeKind::Host { endpoint, armed, timers, .. } = &mut self.nodes[host] else {
                     return;
                 };
@@ -563,7 +572,7 @@ impl Network {
 
     fn arrive(&mut self, node: NodeId, packet: Packet, app: &mut impl App) {
         if let NodeKind::Switch { delay, routes } = &self.nodes[node] {
-            let Some(choices) = routes.get(packet.dst).filter(|c| !c.is_empty()) else {
+            let Some(choices) = routes.get(packet.dst as usize).filter(|c| !c.is_empty()) else {
                 self.pool.push(packet.bytes); // no route: dropped
                 return;
             };
@@ -575,17 +584,17 @@ impl Network {
             if delay == 0 {
                 self.enqueue(link, packet);
             } else {
-                self.schedule(self.now + delay, Action::Enqueue(link, packet));
+                self.schedule(self.now + delay, Action::Enqueue(link as u32, packet));
             }
             return;
         }
-        let from = self.addr(packet.src);
+        let from = self.addr(packet.src as usize);
         let to = self.addr(node);
         if let Some(tap) = self.tap.as_mut() {
-            tap(self.now, from, to, &packet.bytes);
+            tap(self.now, from, to, &packet.bytes[..packet.len as usize]);
         }
         let NodeKind::Host { endpoint, .. } = &mut self.nodes[node] else { return };
-        if endpoint.handle_packet(self.now, from, &packet.bytes).is_err() {
+        if endpoint.handle_packet(self.now, from, &packet.bytes[..packet.len as usize]).is_err() {
             self.malformed += 1;
         }
         self.pool.push(packet.bytes);
@@ -594,7 +603,7 @@ impl Network {
 
     fn enqueue(&mut self, l: LinkId, packet: Packet) {
         let link = &mut self.links[l];
-        let len = packet.bytes.len() as u64;
+        let len = u64::from(packet.len);
         if link.limit.is_some_and(|limit| link.queued + len > limit) {
             link.stats.overflow_drops += 1;
             self.pool.push(packet.bytes);
@@ -604,6 +613,7 @@ impl Network {
         link.stats.peak_queued = link.stats.peak_queued.max(link.queued);
         let level = if link.fifo { 0 } else { usize::from(packet.priority).min(LEVELS - 1) };
         link.queues[level].push_back(packet);
+        link.waiting |= 1 << level;
         self.start_link(l);
     }
 
@@ -613,43 +623,50 @@ impl Network {
     fn start_link(&mut self, l: LinkId) {
         let now = self.now;
         let link = &mut self.links[l];
-        if link.queued == 0 && link.queues.iter().all(VecDeque::is_empty) {
+        if link.waiting == 0 {
             return;
         }
         if now < link.busy_until {
             if !link.free_pending {
                 link.free_pending = true;
                 let at = link.busy_until;
-                self.schedule(at, Action::LinkFree(l));
+                self.schedule(at, Action::LinkFree(l as u32));
             }
             return;
         }
-        let Some(mut packet) = link.queues.iter_mut().rev().find_map(|q| q.pop_front()) else {
-            return;
-        };
-        let len = packet.bytes.len() as u64;
+        let level = (u8::BITS - 1 - link.waiting.leading_zeros()) as usize;
+        let queue = &mut link.queues[level];
+        let Some(mut packet) = queue.pop_front() else { return };
+        if queue.is_empty() {
+            link.waiting &= !(1 << level);
+        }
+        let len = u64::from(packet.len);
         link.queued -= len;
         link.stats.packets += 1;
         link.stats.bytes += len;
         let wire_bits = (len + u64::from(link.overhead)) * 8;
-        let tx_time =
-            (u128::from(wire_bits) * 1_000_000_000 / u128::from(link.rate_bps.max(1))) as u64;
+        let rate = link.rate_bps.max(1);
+        // 64-bit arithmetic unless the product overflows (it never does for a packet).
+        let tx_time = match wire_bits.checked_mul(1_000_000_000) {
+            Some(x) => x / rate,
+            None => (u128::from(wire_bits) * 1_000_000_000 / u128::from(rate)) as u64,
+        };
         let done = now + tx_time;
         link.busy_until = done;
         // Others wait: look again when this one is out.
-        let schedule_free = !link.free_pending && link.queues.iter().any(|q| !q.is_empty());
+        let schedule_free = !link.free_pending && link.waiting != 0;
         link.free_pending |= schedule_free;
         let (to, delay, faults) = (link.to, link.delay, link.faults);
         if schedule_free {
-            self.schedule(done, Action::LinkFree(l));
+            self.schedule(done, Action::LinkFree(l as u32));
         }
         if self.rng.chance(faults.loss) {
             self.links[l].stats.fault_drops += 1;
             self.pool.push(packet.bytes);
             return;
         }
-        if self.rng.chance(faults.corrupt) && !packet.bytes.is_empty() {
-            let bit = self.rng.below(packet.bytes.len() as u64 * 8);
+        if self.rng.chance(faults.corrupt) && packet.len > 0 {
+            let bit = self.rng.below(u64::from(packet.len) * 8);
             packet.bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
         }
         let mut arrive = done + delay;
@@ -657,9 +674,9 @@ impl Network {
             arrive += self.rng.below(faults.reorder_delay.max(1));
         }
         if self.rng.chance(faults.duplicate) {
-            self.schedule(arrive, Action::Arrive(to, packet.clone()));
+            self.schedule(arrive, Action::Arrive(to as u32, packet.clone()));
         }
-        self.schedule(arrive, Action::Arrive(to, packet));
+        self.schedule(arrive, Action::Arrive(to as u32, packet));
     }
 
     /// Drives a host by the contract: drain packets into its uplink and events into the app,
@@ -668,17 +685,25 @@ impl Network {
         let mut timeout_ran = false;
         loop {
             let mut progressed = false;
-            while let NodeKind::Host { endpoint, uplink, .. } = &mut self.nodes[host]
-                && let Some(t) = endpoint.poll_transmit(self.now, &mut self.buf)
-            {
+            loop {
+                let mut bytes = self.pool.pop().unwrap_or_default();
+                if bytes.len() < self.packet_len {
+                    bytes.resize(self.packet_len, 0);
+                }
+                let NodeKind::Host { endpoint, uplink, .. } = &mut self.nodes[host] else { return };
+                let uplink = *uplink;
+                let Some(t) = endpoint.poll_transmit(self.now, &mut bytes) else {
+                    self.pool.push(bytes);
+                    break;
+                };
                 progressed = true;
-                let (Some(uplink), Some(dst)) = (*uplink, self.host_by_addr(t.to)) else {
+                let (Some(uplink), Some(dst)) = (uplink, self.host_by_addr(t.to)) else {
+                    self.pool.push(bytes);
                     continue;
                 };
-                let mut bytes = self.pool.pop().unwrap_or_default();
-                bytes.clear();
-                bytes.extend_from_slice(&self.buf[..t.len]);
-                self.enqueue(uplink, Packet { src: host, dst, priority: t.priority, bytes });
+                let (src, dst, len) = (host as u32, dst as u32, t.len as u32);
+                let packet = Packet { src, dst, len, priority: t.priority, bytes };
+                self.enqueue(uplink, packet);
             }
             while let NodeKind::Host { endpoint, .. } = &mut self.nodes[host]
                 && let Some(event) = endpoint.poll_event()
@@ -719,7 +744,7 @@ impl Network {
             return;
         }
         timers.push((at, 0));
-        self.schedule(at, Action::Timer(host));
+        self.schedule(at, Action::Timer(host as u32));
     }
 
     fn host_by_addr(&self, addr: SocketAddr) -> Option<NodeId> {
@@ -780,7 +805,7 @@ mod tests {
     }
 
     fn packet(name: u8, priority: u8) -> Packet {
-        Packet { src: 0, dst: 1, priority, bytes: vec![name; 100] }
+        Packet { src: 0, dst: 1, priority, len: 100, bytes: vec![name; 100] }
     }
 
     #[test]
