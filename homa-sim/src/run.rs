@@ -104,8 +104,15 @@ impl AsRef<[u8]> for Zeros {
     }
 }
 
-fn zeros(len: u64) -> Payload {
-    Payload::shared(Arc::new(Zeros(len as usize)))
+/// Payloads of zeros by length, shared: a message costs a reference count, not an allocation.
+#[derive(Default)]
+struct ZeroPayloads(HashMap<u64, Arc<Zeros>, foldhash::fast::FixedState>);
+
+impl ZeroPayloads {
+    fn get(&mut self, len: u64) -> Payload {
+        let zeros = self.0.entry(len).or_insert_with(|| Arc::new(Zeros(len as usize)));
+        Payload::shared(zeros.clone())
+    }
 }
 
 /// A message in flight.
@@ -140,6 +147,7 @@ struct Driver {
     /// One-way mode: the message behind each (client host, client RPC id).
     by_rpc: HashMap<(u32, u64), u32, foldhash::fast::FixedState>,
     pending: Vec<Pending>,
+    zeros: ZeroPayloads,
     stats: Stats,
     /// Per size index: idle-network time within a rack and across the spine, ns.
     ideal_local: Vec<f64>,
@@ -227,10 +235,10 @@ fn send(
     ep: &mut Endpoint,
     port: u16,
     dst: usize,
-    len: u64,
+    payload: Payload,
     i: u32,
 ) -> Result<u64, ApiError> {
-    ep.send_request(now, port, host_addr(dst), SERVER_PORT, zeros(len), u64::from(i))
+    ep.send_request(now, port, host_addr(dst), SERVER_PORT, payload, u64::from(i))
 }
 
 impl App for Driver {
@@ -242,7 +250,7 @@ impl App for Driver {
                 match self.mode {
                     Mode::Rpc => {
                         self.delivered_bytes += len; // requests count as delivered too
-                        if ep.send_response(now, rpc, zeros(len)).is_err() {
+                        if ep.send_response(now, rpc, self.zeros.get(len)).is_err() {
                             self.send_errors += 1;
                         }
                     }
@@ -263,7 +271,8 @@ impl App for Driver {
                 if self.chunk_done(now, i, message.len() as u64)
                     && let Some((src, dst, len)) = self.next_chunk(i)
                 {
-                    let result = send(now, ep, self.client_port, dst, len, i);
+                    let payload = self.zeros.get(len);
+                    let result = send(now, ep, self.client_port, dst, payload, i);
                     self.chunk_sent(i, src, result);
                 }
             }
@@ -319,6 +328,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         free: Vec::new(),
         by_rpc: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(cfg.seed)),
         pending: Vec::new(),
+        zeros: ZeroPayloads::default(),
         stats: Stats::new(w, &bounds),
         ideal_local,
         ideal_remote,
@@ -528,8 +538,9 @@ fn flush(net: &mut Network, driver: &mut Driver) {
             Pending::Send(i) => {
                 let Some((src, dst, len)) = driver.next_chunk(i) else { continue };
                 let port = driver.client_port;
+                let payload = driver.zeros.get(len);
                 let result =
-                    net.with_endpoint(src, driver, |now, ep| send(now, ep, port, dst, len, i));
+                    net.with_endpoint(src, driver, |now, ep| send(now, ep, port, dst, payload, i));
                 driver.chunk_sent(i, src, result);
             }
             Pending::Abort { host, id } => {
