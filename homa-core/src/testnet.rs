@@ -609,8 +609,14 @@ impl Network {
             self.pool.push(packet.bytes);
             return;
         }
+        // (The peak counts a packet that goes straight on the wire too.)
+        link.stats.peak_queued = link.stats.peak_queued.max(link.queued + len);
+        if link.waiting == 0 && self.now >= link.busy_until {
+            // Idle with nothing waiting (most packets): straight on the wire.
+            self.transmit(l, packet);
+            return;
+        }
         link.queued += len;
-        link.stats.peak_queued = link.stats.peak_queued.max(link.queued);
         let level = if link.fifo { 0 } else { usize::from(packet.priority).min(LEVELS - 1) };
         link.queues[level].push_back(packet);
         link.waiting |= 1 << level;
@@ -636,12 +642,20 @@ impl Network {
         }
         let level = (u8::BITS - 1 - link.waiting.leading_zeros()) as usize;
         let queue = &mut link.queues[level];
-        let Some(mut packet) = queue.pop_front() else { return };
+        let Some(packet) = queue.pop_front() else { return };
         if queue.is_empty() {
             link.waiting &= !(1 << level);
         }
+        link.queued -= u64::from(packet.len);
+        self.transmit(l, packet);
+    }
+
+    /// Puts a packet on idle link `l`: schedules its arrival, and a `LinkFree` action if
+    /// others wait.
+    fn transmit(&mut self, l: LinkId, mut packet: Packet) {
+        let now = self.now;
+        let link = &mut self.links[l];
         let len = u64::from(packet.len);
-        link.queued -= len;
         link.stats.packets += 1;
         link.stats.bytes += len;
         let wire_bits = (len + u64::from(link.overhead)) * 8;
