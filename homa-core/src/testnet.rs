@@ -220,9 +220,9 @@ impl Ord for Far {
 struct Agenda {
     /// Every action before `base` has run; the ring holds those in [base, base + RING).
     base: Instant,
-    /// Per bucket (time % RING): the first and last node of its list, or `NONE`.
-    heads: Vec<u32>,
-    tails: Vec<u32>,
+    /// Per bucket (time % RING): the first and last node of its list, or `NONE` (together:
+    /// one cache line).
+    ends: Vec<(u32, u32)>,
     /// A bit per non-empty bucket.
     occupied: Vec<u64>,
     /// List nodes: an action and the next node of its bucket (or of the free list).
@@ -242,8 +242,7 @@ impl Agenda {
     fn new() -> Agenda {
         Agenda {
             base: 0,
-            heads: vec![NONE; RING],
-            tails: vec![NONE; RING],
+            ends: vec![(NONE, NONE); RING],
             occupied: vec![0; RING / 64],
             nodes: Vec::new(),
             free: NONE,
@@ -278,13 +277,14 @@ impl Agenda {
             (self.nodes.len() - 1) as u32
         };
         let b = at as usize % RING;
-        if self.heads[b] == NONE {
-            self.heads[b] = node;
+        let (head, tail) = &mut self.ends[b];
+        if *head == NONE {
+            *head = node;
             self.occupied[b / 64] |= 1 << (b % 64);
         } else {
-            self.nodes[self.tails[b] as usize].1 = node;
+            self.nodes[*tail as usize].1 = node;
         }
-        self.tails[b] = node;
+        *tail = node;
         self.in_ring += 1;
     }
 
@@ -324,13 +324,13 @@ impl Agenda {
             }
         }
         let b = at as usize % RING;
-        let node = self.heads[b];
+        let node = self.ends[b].0;
         let (action, next) = &mut self.nodes[node as usize];
         let action = action.take().expect("a listed node holds an action");
-        self.heads[b] = core::mem::replace(next, self.free);
+        self.ends[b].0 = core::mem::replace(next, self.free);
         self.free = node;
         self.in_ring -= 1;
-        if self.heads[b] == NONE {
+        if self.ends[b].0 == NONE {
             self.occupied[b / 64] &= !(1 << (b % 64));
             self.next = self.scan();
         }
