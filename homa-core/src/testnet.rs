@@ -123,7 +123,9 @@ pub struct Link {
     pub fifo: bool,
     pub faults: Faults,
     pub stats: LinkStats,
-    queues: [VecDeque<Packet>; LEVELS],
+    /// Boxed: most packets find the link idle and never queue, and the fields they do use
+    /// then share fewer cache lines.
+    queues: Box<[VecDeque<Packet>; LEVELS]>,
     /// A bit per non-empty queue, so the next packet is found without looking at all.
     waiting: u8,
     queued: u64,
@@ -589,9 +591,11 @@ impl Network {
             return;
         }
         let from = self.addr(packet.src as usize);
-        let to = self.addr(node);
-        if let Some(tap) = self.tap.as_mut() {
-            tap(self.now, from, to, &packet.bytes[..packet.len as usize]);
+        if self.tap.is_some() {
+            let to = self.addr(node);
+            if let Some(tap) = self.tap.as_mut() {
+                tap(self.now, from, to, &packet.bytes[..packet.len as usize]);
+            }
         }
         let NodeKind::Host { endpoint, .. } = &mut self.nodes[node] else { return };
         if endpoint.handle_packet(self.now, from, &packet.bytes[..packet.len as usize]).is_err() {
