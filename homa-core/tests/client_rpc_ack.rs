@@ -5,6 +5,9 @@ use std::net::SocketAddr;
 use homa_core::wire::{self, Body, PacketType, ack, header};
 use homa_core::{Config, Endpoint, Event, FailReason};
 
+mod common;
+use common::run_timers_until_idle;
+
 /// Found by the `endpoint_packets` fuzz target (fuzz/regressions/endpoint_packets/
 /// ack-ends-client-rpc): an ACK whose header named one of our client RPCs (ACKs go from
 /// clients to servers, so no peer sends that) freed it with no event, from any address,
@@ -29,12 +32,7 @@ fn an_ack_naming_a_client_rpc_does_not_end_it_silently() {
         assert_eq!(ep.rpc_count(), 1, "the ACK from {from} ended the call");
     }
     // The call still ends the way calls end: here, with a timeout event.
-    let mut now = 1000;
-    while let Some(deadline) = ep.poll_timeout() {
-        now = now.max(deadline);
-        ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).is_some() {}
-    }
+    run_timers_until_idle(&mut ep, 1000, 20 * config.tick());
     assert_eq!(
         ep.poll_event(),
         Some(Event::RpcFailed { id, cookie: 5, reason: FailReason::Timeout })

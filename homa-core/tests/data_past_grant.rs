@@ -7,7 +7,7 @@ use homa_core::wire::{self, Body};
 use homa_core::{Config, Endpoint};
 
 mod common;
-use common::request_data;
+use common::{request_data, run_timers_until_idle};
 
 /// Found by the `endpoint_packets` fuzz target (fuzz/regressions/endpoint_packets/
 /// data-past-grant-phantom-incoming): after a sender sent past its grant, the next GRANT
@@ -46,13 +46,7 @@ fn data_sent_past_the_grant_is_not_counted_as_outstanding() {
     assert_eq!(granted, 20_000, "received + window, capped at the end");
     assert_eq!(ep.metrics().incoming, u64::from(granted) - 17_000, "only unreceived bytes");
     // The sender goes quiet: the RPC asks for the rest, then times out and frees everything.
-    let mut now = 0;
-    while let Some(deadline) = ep.poll_timeout() {
-        now = now.max(deadline);
-        ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).is_some() {}
-        assert!(now <= 20 * config.tick(), "still busy at {now} ns: {:?}", ep.metrics());
-    }
+    run_timers_until_idle(&mut ep, 0, 20 * config.tick());
     let m = ep.metrics();
     assert_eq!((m.rpcs, m.incoming, m.rx_bytes, m.server_timeouts), (0, 0, 0, 1), "{m:?}");
 }

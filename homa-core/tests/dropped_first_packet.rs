@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use homa_core::{Config, Endpoint};
 
 mod common;
-use common::request_data;
+use common::{request_data, run_timers_until_idle};
 
 /// Found by the `endpoint_packets` fuzz target (fuzz/regressions/endpoint_packets/
 /// empty-first-data-pins-rpc): a first DATA that created a server RPC and was then dropped
@@ -25,14 +25,7 @@ fn a_server_rpc_whose_first_packet_was_dropped_times_out() {
         ep.handle_packet(0, from, &request_data(62_530, incoming, offset, payload)).unwrap();
         let m = ep.metrics();
         assert_eq!((m.accepted, m.rpcs, m.rx_bytes), (0, 1, 62_530), "case {max_gaps} {incoming}");
-        let mut buf = vec![0; config.max_packet_len()];
-        let mut now = 0;
-        while let Some(deadline) = ep.poll_timeout() {
-            now = now.max(deadline);
-            ep.handle_timeout(now);
-            while ep.poll_transmit(now, &mut buf).is_some() {}
-            assert!(now <= 20 * config.tick(), "still busy at {now} ns: {:?}", ep.metrics());
-        }
+        run_timers_until_idle(&mut ep, 0, 20 * config.tick());
         let m = ep.metrics();
         assert_eq!((m.rpcs, m.rx_bytes), (0, 0), "case {max_gaps} {incoming}: {m:?}");
         assert_eq!(m.server_timeouts, 1);

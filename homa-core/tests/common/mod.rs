@@ -122,3 +122,16 @@ pub(crate) fn request_data(length: u32, incoming: u32, offset: u32, len: usize) 
     packet.emit(&mut bytes).unwrap();
     bytes
 }
+
+/// Runs `ep`'s timers (dropping what they send) until it has no deadline left, starting at
+/// `now`; panics if work is still due after `limit`. Returns the time it went idle.
+pub(crate) fn run_timers_until_idle(ep: &mut Endpoint, mut now: u64, limit: u64) -> u64 {
+    let mut buf = vec![0; ep.config().max_packet_len()];
+    while let Some(deadline) = ep.poll_timeout() {
+        now = now.max(deadline);
+        ep.handle_timeout(now);
+        while ep.poll_transmit(now, &mut buf).is_some() {}
+        assert!(now <= limit, "still busy at {now} ns: {:?}", ep.metrics());
+    }
+    now
+}
