@@ -10,13 +10,14 @@
 //! waiting for the endpoint lock that thread holds). So a view dropped without the GIL goes
 //! to a queue, released by the next call into this module that holds the GIL.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use homa_core::Payload;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// A buffer export: the bytes at `buf..buf+len`, valid until released.
 struct View(Box<ffi::Py_buffer>);
@@ -76,29 +77,50 @@ pub(crate) fn release_pending(_py: Python<'_>) {
     drop(views);
 }
 
-/// The payload for a message in `obj`: zero-copy for contiguous buffers, one copy otherwise.
-/// Anything without the buffer protocol (str, int, list, ...) is a `TypeError`.
-pub(crate) fn payload(obj: &Bound<'_, PyAny>) -> PyResult<Payload> {
-    release_pending(obj.py());
+/// `obj`'s bytes in one piece: an export of a C-contiguous buffer, or for a strided one
+/// (e.g. a numpy slice) a contiguous copy. Anything without the buffer protocol (str, int,
+/// list, ...) is a `TypeError`.
+enum Contiguous<'py> {
+    Export(View),
+    Copy(Bound<'py, PyBytes>),
+}
+
+fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Contiguous<'py>> {
     let mut raw = Box::new(empty_view());
     // SAFETY: obj is a live object; raw is writable storage for one Py_buffer.
     let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *raw, ffi::PyBUF_SIMPLE) };
     if rc == 0 {
-        return Ok(Payload::shared(std::sync::Arc::new(Shared(View(raw)))));
+        return Ok(Contiguous::Export(View(raw)));
     }
-    let err = PyErr::fetch(obj.py());
+    // The failed export left an exception set: clear it (a copy or a TypeError follows).
+    drop(PyErr::fetch(obj.py()));
     if has_buffer(obj) {
-        // A strided buffer (e.g. a numpy slice): copy it into contiguous bytes.
         let copy = obj.py().import("builtins")?.getattr("memoryview")?.call1((obj,))?;
-        let bytes = copy.call_method0("tobytes")?;
-        let bytes = bytes.cast::<pyo3::types::PyBytes>()?;
-        return Ok(Payload::from(bytes.as_bytes().to_vec()));
+        return Ok(Contiguous::Copy(copy.call_method0("tobytes")?.cast_into::<PyBytes>()?));
     }
-    drop(err);
     Err(PyTypeError::new_err(format!(
         "a message must be a bytes-like object (bytes, bytearray, memoryview, numpy array...), not {}",
-        obj.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+        crate::convert::type_name(obj)
     )))
+}
+
+/// The payload for a message in `obj`: zero-copy for contiguous buffers, one copy otherwise.
+pub(crate) fn payload(obj: &Bound<'_, PyAny>) -> PyResult<Payload> {
+    release_pending(obj.py());
+    match contiguous(obj)? {
+        Contiguous::Export(view) => Ok(Payload::shared(Arc::new(Shared(view)))),
+        // The copy is a `bytes`: kept alive by its own export, not copied again.
+        Contiguous::Copy(bytes) => payload(bytes.as_any()),
+    }
+}
+
+/// Runs `f` on `obj`'s bytes, for callers that only read them during the call (a received
+/// packet): no payload is built around them.
+pub(crate) fn with_bytes<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
+    Ok(match contiguous(obj)? {
+        Contiguous::Export(view) => f(view.bytes()),
+        Contiguous::Copy(bytes) => f(bytes.as_bytes()),
+    })
 }
 
 fn has_buffer(obj: &Bound<'_, PyAny>) -> bool {

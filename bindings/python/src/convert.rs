@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::errors;
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
 }
 

@@ -281,8 +281,8 @@ impl Endpoint {
     ) -> PyResult<()> {
         let now = int(now, "now")?;
         let from = addr(source, "source")?;
-        let payload = buffer::payload(data)?;
-        self.inner.handle_packet(now, from, payload.as_slice()).map_err(|e| errors::wire(py, e))
+        let handled = buffer::with_bytes(data, |bytes| self.inner.handle_packet(now, from, bytes))?;
+        handled.map_err(|e| errors::wire(py, e))
     }
 
     /// Runs the timer work due at ``now``; harmless when nothing is due.
@@ -342,6 +342,6 @@ impl Endpoint {
     }
 
     fn __repr__(&self) -> String {
-        format!("<homa.Endpoint with {} RPCs>", self.inner.metrics().rpcs)
+        format!("<homa.Endpoint with {} RPCs>", self.inner.rpc_count())
     }
 }

@@ -19,9 +19,8 @@ mod socket;
 /// payload as hex). Raises ``WireError`` (``kind`` = the error class) for invalid bytes.
 #[pyfunction]
 fn wire_decode<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    let payload = buffer::payload(data)?;
-    let fields =
-        conformance::fields::decode(payload.as_slice()).map_err(|e| errors::wire(py, e))?;
+    let fields = buffer::with_bytes(data, conformance::fields::decode)?;
+    let fields = fields.map_err(|e| errors::wire(py, e))?;
     convert::map_to_py(py, &fields)
 }
 
@@ -84,7 +83,7 @@ fn cutoffs_for_workload(
         }
         _ => c.num_priorities - c.max_sched_prio() - 1,
     };
-    Ok(homa_sim::cutoffs_for_workload(&w, &c, levels.max(1)).to_vec())
+    Ok(homa_sim::cutoffs_for_workload(&w, &c, levels).to_vec())
 }
 
 /// The largest message Homa carries (1,000,000 bytes).

@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -81,7 +81,6 @@ pub(crate) struct Socket {
     /// soon as no call or request still holds it, even while a reference cycle keeps this
     /// Python object alive.
     inner: Mutex<Option<Arc<homa_io::Socket>>>,
-    closed: AtomicBool,
     local: std::net::SocketAddr,
     port: u16,
     kind: TransportKind,
@@ -91,10 +90,7 @@ pub(crate) struct Socket {
 
 impl Socket {
     fn open(&self, py: Python<'_>) -> PyResult<Arc<homa_io::Socket>> {
-        match &*lock(&self.inner) {
-            Some(s) if !self.closed.load(Ordering::Acquire) => Ok(Arc::clone(s)),
-            _ => Err(errors::closed(py)),
-        }
+        lock(&self.inner).clone().ok_or_else(|| errors::closed(py))
     }
 }
 
@@ -145,7 +141,6 @@ impl Socket {
             port: inner.port(),
             kind: inner.transport(),
             inner: Mutex::new(Some(Arc::new(inner))),
-            closed: AtomicBool::new(false),
             last_metrics: Mutex::new(None),
         })
     }
@@ -172,7 +167,7 @@ impl Socket {
     /// Whether :meth:`close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        lock(&self.inner).is_none()
     }
 
     /// Sends ``message`` (any bytes-like object, not copied) to the Homa server at ``dest``
@@ -269,7 +264,6 @@ impl Socket {
     /// Closes the socket: pending calls fail with ``ShutdownError``, blocked receivers
     /// return it, the driver thread is joined. Idempotent.
     fn close(&self, py: Python<'_>) {
-        self.closed.store(true, Ordering::Release);
         let Some(sock) = lock(&self.inner).take() else { return };
         *lock(&self.last_metrics) = Some(sock.metrics());
         py.detach(move || {
@@ -289,7 +283,7 @@ impl Socket {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.closed.load(Ordering::Acquire) { " closed" } else { "" };
+        let state = if self.closed() { " closed" } else { "" };
         format!("<homa.Socket {} port {} at {}{state}>", self.kind, self.port, self.local)
     }
 

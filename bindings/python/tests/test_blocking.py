@@ -101,10 +101,26 @@ def test_port_of_a_closed_socket_is_free_again(port: int) -> None:
 
 
 def test_blocking_sends_do_not_copy(port: int) -> None:
+    """The bytearray being sent is exported, not copied: it cannot be resized while its call
+    is pending (the server tries, before answering), and can again once the call is over."""
     with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
-        serve_in_thread(server)
         payload = bytearray(b"abc" * 10_000)
-        assert client.call(server.local_addr, payload, timeout=10) == bytes(payload)[::-1]
+        resized: list[bool] = []
+
+        def answer() -> None:
+            req = server.recv_request(timeout=10)
+            try:
+                payload.append(0)
+                resized.append(True)
+            except BufferError:
+                resized.append(False)
+            req.reply(req.message)
+
+        t = threading.Thread(target=answer)
+        t.start()
+        assert client.call(server.local_addr, payload, timeout=10) == bytes(payload)
+        t.join()
+        assert resized == [False], "the payload could be resized during its call: it was copied"
         payload.append(0)  # the export ended with the call
 
 

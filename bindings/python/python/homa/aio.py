@@ -230,24 +230,7 @@ class _Requests:
         return self
 
     async def __anext__(self) -> Request:
-        sock = self._sock
-        sock._check_loop()
-        # recv_request() inlined: a request already queued costs no future and no await.
-        leftover = sock._reactor.take_leftover()
-        if leftover is not None:
-            return leftover
-        future = sock._loop.create_future()
         try:
-            ready, token = sock._native._recv_async(sock._reactor, future)
+            return await self._sock.recv_request()
         except ShutdownError:
             raise StopAsyncIteration from None
-        if ready is not None:
-            return ready
-        try:
-            return await future  # type: ignore[no-any-return]
-        except ShutdownError:
-            raise StopAsyncIteration from None
-        except asyncio.CancelledError:
-            if not sock._reactor.cancel(token) and future.done() and not future.cancelled():
-                sock._reactor.push_leftover(future.result())
-            raise
