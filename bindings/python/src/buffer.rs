@@ -10,8 +10,8 @@
 //! waiting for the endpoint lock that thread holds). So a view dropped without the GIL goes
 //! to a queue, released by the next call into this module that holds the GIL.
 
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use homa_core::Payload;
 use pyo3::exceptions::PyTypeError;
