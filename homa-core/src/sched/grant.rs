@@ -192,10 +192,10 @@ impl Grants {
     }
 
     fn add_active(&mut self, cx: &mut GrantCx<'_>, slot: usize, entry: Entry) {
+        debug_assert!(self.active[slot].is_none(), "slot {slot} is taken");
         cx.peers.get_mut(entry.peer).active_grants += 1;
-        if self.active[slot].replace(Active { entry, needy: false }).is_none() {
-            self.num_active += 1;
-        }
+        self.active[slot] = Some(Active { entry, needy: false });
+        self.num_active += 1;
     }
 
     fn remove_active(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
@@ -346,15 +346,11 @@ impl Grants {
         let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
-        // Outstanding bytes are granted - received, as `update_incoming` counts them: less
-        // than `delta` when the sender already sent past its previous grant.
-        let rec_incoming = m.granted.saturating_sub(m.received());
-        self.total_incoming =
-            self.total_incoming + u64::from(rec_incoming) - u64::from(m.rec_incoming);
-        m.rec_incoming = rec_incoming;
         let offset = m.granted;
         let control = r.control(ControlBody::Grant { offset, priority });
-        cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
+        // Outstanding bytes are granted - received: less than `delta` when the sender already
+        // sent past its previous grant.
+        self.update_incoming(cx, a.entry.rpc);
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
         self.granted.push(a.entry.rpc);
