@@ -33,6 +33,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 use arbitrary::{Arbitrary, Unstructured};
+use homa_core::testnet::Rng;
 use homa_core::wire::{self, PacketType};
 use homa_core::{ApiError, Config, Event, FailReason, ServerRpc};
 
@@ -204,7 +205,7 @@ struct Pair {
     held: Vec<(ServerRpc, usize)>,
     auto_respond: bool,
     tainted: bool,
-    rng: u64,
+    rng: Rng,
     responses_sent: u64,
 }
 
@@ -226,7 +227,7 @@ impl Pair {
             held: Vec::new(),
             auto_respond: setup.auto_respond,
             tainted: false,
-            rng: setup.seed,
+            rng: Rng::new(setup.seed),
             responses_sent: 0,
         }
     }
@@ -416,12 +417,7 @@ impl Pair {
     }
 
     fn random(&mut self) -> u64 {
-        // SplitMix64.
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.rng.next_u64()
     }
 
     fn chance(&mut self, per_256: u8) -> bool {
