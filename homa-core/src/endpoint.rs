@@ -866,16 +866,19 @@ impl Endpoint {
         let message = m.buf;
         if x.is_client() {
             // The response completes the RPC: free it, and remember to ack the server.
-            let (id, cookie, peer, server_port) = (x.id, x.cookie, x.peer, x.remote_port);
+            let (id, cookie) = (x.id, x.cookie);
+            let ack = Ack { client_id: id, server_port: x.remote_port };
             // A full peer flushes its acks in an ACK packet that also names this RPC.
-            let flush = x.control(ControlBody::Ack { acks: [Ack::NONE; MAX_ACKS], count: 0 });
+            let flush = self
+                .peers
+                .get_mut(x.peer)
+                .add_ack(ack)
+                .map(|acks| x.control(ControlBody::Ack { acks, count: MAX_ACKS as u8 }));
             self.metrics.responses_received += 1;
             self.events.push_back(Event::ResponseReceived { id, cookie, message });
             self.end_rpc(r);
-            if let Some(acks) = self.peers.get_mut(peer).add_ack(Ack { client_id: id, server_port })
-            {
-                let body = ControlBody::Ack { acks, count: MAX_ACKS as u8 };
-                self.push_control(Control { body, ..flush });
+            if let Some(flush) = flush {
+                self.push_control(flush);
             }
         } else {
             x.state = State::InService;

@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 
 use crate::config::{Config, MAX_OVERCOMMIT};
 use crate::metrics::Metrics;
+use crate::msg::incoming::InMessage;
 use crate::peer::{PeerId, PeerTable};
 use crate::rpc::{RpcRef, RpcTable};
 use crate::sched::tx::{Control, ControlBody, TxQueues};
@@ -281,16 +282,22 @@ impl Grants {
         }
     }
 
+    /// Sets the message's share of `total_incoming` to its outstanding bytes, granted -
+    /// received (fewer than granted when the sender already sent past a grant).
+    fn recount(&mut self, metrics: &mut Metrics, m: &mut InMessage) {
+        let incoming = m.granted.saturating_sub(m.received());
+        self.total_incoming = self.total_incoming + u64::from(incoming) - u64::from(m.rec_incoming);
+        m.rec_incoming = incoming;
+        metrics.peak_incoming = metrics.peak_incoming.max(self.total_incoming);
+    }
+
     /// Brings the message's share of `total_incoming` up to date (`homa_grant_update_incoming`).
     fn update_incoming(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
         let Some(m) = cx.rpcs.get_mut(rpc).and_then(|r| r.msgin.as_mut()) else { return };
-        let incoming = m.granted.saturating_sub(m.received());
-        if incoming == m.rec_incoming || !m.grantable {
+        if m.granted.saturating_sub(m.received()) == m.rec_incoming || !m.grantable {
             return;
         }
-        self.total_incoming = self.total_incoming + u64::from(incoming) - u64::from(m.rec_incoming);
-        m.rec_incoming = incoming;
-        cx.metrics.peak_incoming = cx.metrics.peak_incoming.max(self.total_incoming);
+        self.recount(cx.metrics, m);
         if self.slot_of(rpc).is_none() {
             self.promote_rpc(cx, rpc);
         }
@@ -346,11 +353,9 @@ impl Grants {
         let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
+        self.recount(cx.metrics, m);
         let offset = m.granted;
         let control = r.control(ControlBody::Grant { offset, priority });
-        // Outstanding bytes are granted - received: less than `delta` when the sender already
-        // sent past its previous grant.
-        self.update_incoming(cx, a.entry.rpc);
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
         self.granted.push(a.entry.rpc);
