@@ -337,6 +337,9 @@ impl Endpoint {
                 self.tx.pacer.next_slot()
             }
         });
+        if data == Some(self.now) {
+            return data; // due now whatever the timers say
+        }
         // Timers due by the next tick are checked now (each entry at most once), so a driver
         // is not woken for an RPC that has since ended; later ones are checked as they near.
         let rpcs = &self.rpcs;
