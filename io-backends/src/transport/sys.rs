@@ -228,61 +228,12 @@ pub(super) fn send_batch(
     s: &mut MmsgScratch,
     r: &mut Reports<'_>,
 ) -> io::Result<()> {
-    if batch.len() == 1 && batch.get(0).0.priority == DEFAULT_PRIORITY {
-        let (d, bytes) = batch.get(0);
-        let sent = send_one(fd, d.addr, bytes, r);
-        batch.clear();
-        return sent;
-    }
     let mut next = 0;
     while next < batch.len() {
         next = send_some(fd, v6, gso, batch, next, s, r)?;
     }
     batch.clear();
     Ok(())
-}
-
-/// Sends one datagram at the socket's default TOS with `sendto` (the common case on the
-/// round-trip path; no message headers to fill). Errors as in [`send_some`].
-fn send_one(fd: RawFd, to: SocketAddr, bytes: &[u8], r: &mut Reports<'_>) -> io::Result<()> {
-    // SAFETY: all-zero bytes are a valid sockaddr_storage.
-    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let namelen = write_sockaddr(to, &mut name);
-    let mut retried = false;
-    loop {
-        // SAFETY: `bytes` and `name` are live buffers of the lengths given.
-        let rc = unsafe {
-            libc::sendto(
-                fd,
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_DONTWAIT,
-                ptr::from_ref(&name).cast(),
-                namelen,
-            )
-        };
-        r.stats.tx_calls += 1;
-        if rc >= 0 {
-            r.stats.tx_datagrams += 1;
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error().unwrap_or(0) {
-            libc::EINTR => {}
-            libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH if !retried => {
-                // Probably an ICMP error about an earlier packet: learn which peer it was
-                // about, then try again.
-                drain_errors(fd, r);
-                retried = true;
-            }
-            libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL => return Err(err),
-            errno => {
-                refused(to, errno, r);
-                tracing::debug!(%to, "send failed: {err}");
-                return Ok(());
-            }
-        }
-    }
 }
 
 /// How many datagrams from `first` on can go as one GSO message.
