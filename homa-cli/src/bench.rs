@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use homa_io::{Builder, Payload, Socket, TransportKind};
+use homa_io::{Builder, Socket, TransportKind};
 use serde_json::Value;
 
 use crate::error::Error;
@@ -95,17 +95,11 @@ impl HomaPair {
         let s = Arc::clone(&server);
         let thread =
             std::thread::Builder::new().name("bench-homa-server".into()).spawn(move || {
-                let fixed = match answer {
-                    Answer::Fixed(n) => Some(Arc::new(vec![0x5a_u8; n])),
+                let response_len = match answer {
+                    Answer::Fixed(n) => Some(n),
                     Answer::Echo => None,
                 };
-                while let Ok(mut request) = s.recv_request() {
-                    let response: Payload = match &fixed {
-                        Some(buf) => Payload::shared(Arc::clone(buf) as _),
-                        None => request.take_message().into(),
-                    };
-                    let _ = request.reply(response);
-                }
+                crate::server::serve(&s, &Default::default(), response_len);
             })?;
         Ok(HomaPair { server, client, thread: Some(thread) })
     }
@@ -285,7 +279,7 @@ impl Read for TcpConn {
 }
 
 /// Writes `json` pretty-printed to `path`.
-fn write_json(path: &Path, json: &Value) -> Result<(), Error> {
+pub(crate) fn write_json(path: &Path, json: &Value) -> Result<(), Error> {
     let text = serde_json::to_string_pretty(json).expect("serializable") + "\n";
     std::fs::write(path, text).map_err(Error::io(format!("writing {}", path.display())))
 }

@@ -473,9 +473,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
             let mut out = std::io::stdout().lock();
             write!(out, "{}", report.table()).map_err(Error::io("writing standard output"))?;
             if let Some(path) = other {
-                let text = serde_json::to_string_pretty(&json).expect("serializable") + "\n";
-                std::fs::write(path, text)
-                    .map_err(Error::io(format!("writing {}", path.display())))?;
+                crate::bench::write_json(path, &json)?;
             }
         }
     }

@@ -115,7 +115,7 @@ impl Signals {
 
 /// What the request threads counted.
 #[derive(Debug, Default)]
-struct Served {
+pub(crate) struct Served {
     requests: AtomicU64,
     request_bytes: AtomicU64,
     response_bytes: AtomicU64,
@@ -210,8 +210,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     out.flush().map_err(Error::io("writing standard output"))
 }
 
-/// Answers requests until the socket shuts down.
-fn serve(socket: &Socket, served: &Served, response_len: Option<usize>) {
+/// Answers requests until the socket shuts down: with `response_len` bytes, or echoing.
+pub(crate) fn serve(socket: &Socket, served: &Served, response_len: Option<usize>) {
     // One shared buffer for fixed-size answers: no allocation per reply.
     let fixed: Option<Arc<Vec<u8>>> = response_len.map(|n| Arc::new(vec![0x5a; n]));
     loop {

@@ -199,7 +199,8 @@ fn bench_rtt_reports_every_transport_or_why_not() {
                 assert_eq!(c["count"], 200, "{c}");
                 for key in ["p50_us", "p99_us", "p999_us", "rpcs_per_s", "p50_vs_udp", "p50_vs_tcp"]
                 {
-                    assert!(c.get(key).is_some(), "no {key} in {c}");
+                    // udp and tcp always run, so the ratios are numbers too.
+                    assert!(c[key].as_f64().is_some_and(|v| v > 0.0), "no {key} in {c}");
                 }
             }
             "skipped" => assert!(c["reason"].as_str().is_some_and(|r| !r.is_empty()), "{c}"),
