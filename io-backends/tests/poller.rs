@@ -171,13 +171,17 @@ fn shutdown_frees_the_port_while_requests_calls_and_pollers_live() {
         let addr = server.local_addr();
         // A thread blocked in recv_request leads (with UDP: asleep in the receive call),
         // and keeps the requests it gets.
+        let (got_one, first_held) = std::sync::mpsc::channel();
         let blocked = {
             let server = Arc::clone(&server);
             std::thread::spawn(move || {
                 let mut held = Vec::new();
                 loop {
                     match server.recv_request() {
-                        Ok(r) => held.push(r),
+                        Ok(r) => {
+                            held.push(r);
+                            let _ = got_one.send(());
+                        }
                         Err(e) => return (held, e),
                     }
                 }
@@ -186,12 +190,14 @@ fn shutdown_frees_the_port_while_requests_calls_and_pollers_live() {
         let held_call = client.call_async(addr, b"one".to_vec(), None).unwrap();
         let second = client.call_async(addr, b"two".to_vec(), None).unwrap();
         let poller = client.poller().unwrap();
+        first_held.recv().unwrap(); // a request is held when the server shuts down
         server.shutdown();
         let (held_requests, after) = blocked.join().unwrap();
         assert!(matches!(after, Error::Shutdown), "{after:?}");
-        // The server's port is free although requests (maybe) and the socket live on.
+        // The server's port is free although requests and the socket live on.
         let again = builder.clone().bind(addr).expect("the port is free again");
         assert!(again.local_addr() == addr);
+        assert!(!held_requests.is_empty());
         for r in held_requests {
             assert!(matches!(r.reply(b"late".to_vec()), Err(Error::Shutdown)));
         }
