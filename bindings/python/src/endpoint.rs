@@ -9,38 +9,32 @@ use crate::convert::{self, addr, addr_to_py, int};
 use crate::errors;
 
 /// The handle of a request a server received, for :meth:`Endpoint.send_response`.
-#[pyclass(module = "homa._native", frozen, eq, hash, get_all)]
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ServerRpc {
-    /// The client's transport address, ``(host, port)``.
-    client: (String, u16),
-    /// The server's id for the RPC (odd).
-    id: u64,
-}
+#[pyclass(module = "homa._native", frozen, eq, hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct ServerRpc(CoreServerRpc);
 
 #[pymethods]
 impl ServerRpc {
     #[new]
     fn new(client: &Bound<'_, PyAny>, id: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let a = addr(client, "client")?;
-        Ok(ServerRpc { client: (a.ip().to_string(), a.port()), id: int(id, "id")? })
+        Ok(ServerRpc(CoreServerRpc { client: addr(client, "client")?, id: int(id, "id")? }))
+    }
+
+    /// The client's transport address, ``(host, port)``.
+    #[getter]
+    fn client<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        addr_to_py(py, self.0.client)
+    }
+
+    /// The server's id for the RPC (odd).
+    #[getter]
+    fn id(&self) -> u64 {
+        self.0.id
     }
 
     fn __repr__(&self) -> String {
-        format!("ServerRpc(client=({:?}, {}), id={})", self.client.0, self.client.1, self.id)
-    }
-}
-
-impl ServerRpc {
-    fn from_core(r: CoreServerRpc) -> Self {
-        ServerRpc { client: (r.client.ip().to_string(), r.client.port()), id: r.id }
-    }
-
-    fn to_core(&self) -> PyResult<CoreServerRpc> {
-        let ip = self.client.0.parse().map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err("ServerRpc.client host is not an IP address")
-        })?;
-        Ok(CoreServerRpc { client: std::net::SocketAddr::new(ip, self.client.1), id: self.id })
+        let c = self.0.client;
+        format!("ServerRpc(client=({:?}, {}), id={})", c.ip().to_string(), c.port(), self.0.id)
     }
 }
 
@@ -87,22 +81,22 @@ pub(crate) struct RequestReceived {
 impl RequestReceived {
     /// The client's transport address (``rpc.client``).
     #[getter]
-    fn client(&self) -> (String, u16) {
-        self.rpc.get().client.clone()
+    fn client<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        addr_to_py(py, self.rpc.get().0.client)
     }
 
     /// The server's id for the RPC (``rpc.id``).
     #[getter]
     fn id(&self) -> u64 {
-        self.rpc.get().id
+        self.rpc.get().0.id
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let rpc = self.rpc.get();
+        let rpc = self.rpc.get().0;
         format!(
             "RequestReceived(client=({:?}, {}), id={}, port={}, client_port={}, message=<{} bytes>)",
-            rpc.client.0,
-            rpc.client.1,
+            rpc.client.ip().to_string(),
+            rpc.client.port(),
             rpc.id,
             self.port,
             self.client_port,
@@ -242,7 +236,7 @@ impl Endpoint {
     ) -> PyResult<()> {
         let now = int(now, "now")?;
         let message = buffer::payload(message)?;
-        self.inner.send_response(now, rpc.to_core()?, message).map_err(|e| errors::api(py, e))
+        self.inner.send_response(now, rpc.0, message).map_err(|e| errors::api(py, e))
     }
 
     /// Abandons client RPC ``id`` without an event.
@@ -253,7 +247,7 @@ impl Endpoint {
 
     /// Forgets a received request without answering it.
     fn discard(&mut self, py: Python<'_>, rpc: PyRef<'_, ServerRpc>) -> PyResult<()> {
-        self.inner.discard(rpc.to_core()?).map_err(|e| errors::api(py, e))
+        self.inner.discard(rpc.0).map_err(|e| errors::api(py, e))
     }
 
     /// The transport found ``peer`` unreachable (or only its Homa port ``port``): its
@@ -313,7 +307,7 @@ impl Endpoint {
         let Some(e) = self.inner.poll_event() else { return Ok(None) };
         let obj = match e {
             Event::RequestReceived { rpc, port, client_port, message } => {
-                let rpc = Py::new(py, ServerRpc::from_core(rpc))?;
+                let rpc = Py::new(py, ServerRpc(rpc))?;
                 let message = PyBytes::new(py, &message).unbind();
                 Py::new(py, RequestReceived { rpc, port, client_port, message })?.into_any()
             }

@@ -348,14 +348,14 @@ impl Socket {
 pub(crate) struct Request {
     inner: Mutex<Option<homa_io::Request>>,
     message: Py<PyBytes>,
-    peer: (String, u16),
+    peer: std::net::SocketAddr,
     id: u64,
 }
 
 impl Request {
     fn new(py: Python<'_>, mut r: homa_io::Request) -> PyResult<Request> {
         let message = PyBytes::new(py, &r.take_message()).unbind();
-        let peer = (r.peer().ip().to_string(), r.peer().port());
+        let peer = r.peer();
         let id = r.id();
         Ok(Request { inner: Mutex::new(Some(r)), message, peer, id })
     }
@@ -371,8 +371,8 @@ impl Request {
 
     /// The client: its UDP address, or with raw IP its IP address and Homa port.
     #[getter]
-    fn peer(&self) -> (String, u16) {
-        self.peer.clone()
+    fn peer<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        addr_to_py(py, self.peer)
     }
 
     /// The server's id for the RPC (odd).
@@ -414,8 +414,8 @@ impl Request {
         format!(
             "<homa.Request id {} from ({:?}, {}), {} bytes>",
             self.id,
-            self.peer.0,
-            self.peer.1,
+            self.peer.ip().to_string(),
+            self.peer.port(),
             self.message.bind(py).as_bytes().len()
         )
     }
@@ -739,7 +739,7 @@ impl Reactor {
             let req = Request {
                 inner: Mutex::new(Some(inner)),
                 message: r.message.clone_ref(py),
-                peer: r.peer.clone(),
+                peer: r.peer,
                 id: r.id,
             };
             lock(&self.leftover).push_back(req);
