@@ -221,14 +221,7 @@ pub(crate) fn apply_config(
         }
         let field_error = |e: PyErr| -> PyErr {
             if e.is_instance_of::<PyValueError>(py) {
-                let err = errors::new(
-                    py,
-                    "ConfigError",
-                    None,
-                    format!("invalid config `{key}`: {}", e.value(py)),
-                );
-                let _ = err.value(py).setattr("field", key.as_str());
-                err
+                errors::config_field(py, &key, format!("invalid config `{key}`: {}", e.value(py)))
             } else {
                 e
             }

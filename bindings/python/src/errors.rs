@@ -43,8 +43,13 @@ pub(crate) fn api(py: Python<'_>, e: ApiError) -> PyErr {
 
 /// A configuration value out of range: `ConfigError` (a `ValueError`) naming the field.
 pub(crate) fn config(py: Python<'_>, e: &ConfigError) -> PyErr {
-    let err = new(py, "ConfigError", None, e.to_string());
-    let _ = err.value(py).setattr("field", e.field);
+    config_field(py, e.field, e.to_string())
+}
+
+/// `ConfigError` with `message`, its `field` attribute set to `field`.
+pub(crate) fn config_field(py: Python<'_>, field: &str, message: String) -> PyErr {
+    let err = new(py, "ConfigError", None, message);
+    let _ = err.value(py).setattr("field", field);
     err
 }
 
