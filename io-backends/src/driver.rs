@@ -745,10 +745,7 @@ impl Shared {
     pub(crate) fn drive(&self) -> usize {
         let mut inner = self.lock();
         if inner.attached {
-            let me = std::thread::current().id();
-            if inner.loop_thread != Some(me) {
-                inner.loop_thread = Some(me);
-            }
+            inner.loop_thread = Some(std::thread::current().id());
         }
         let now = inner.clock(self.now());
         // A leader blocked in the waiter's receive owns the socket until it returns.
@@ -1049,13 +1046,9 @@ impl Inner {
 
     /// The earliest of the endpoint's deadline and the calls' deadlines.
     fn next_deadline(&mut self) -> Option<Instant> {
-        let mut next = self.endpoint.poll_timeout();
         let user = self.deadlines.first().map(|&(when, _)| when);
         let grace = self.grace.filter(|_| !self.leader);
-        for d in [user, grace, self.leader_until].into_iter().flatten() {
-            next = Some(next.map_or(d, |n| n.min(d)));
-        }
-        next
+        [self.endpoint.poll_timeout(), user, grace, self.leader_until].into_iter().flatten().min()
     }
 
     /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,
