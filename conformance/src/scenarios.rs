@@ -538,7 +538,7 @@ fn outcome<T: PartialEq + fmt::Debug>(
 /// The file's name for an API error: the `ApiError` variant in snake case.
 pub fn api_error_name(e: &ApiError) -> &'static str {
     match e {
-        ApiError::MessageLength(_) => "message_length",
+        ApiError::MessageLength { .. } => "message_length",
         ApiError::InvalidPort(_) => "invalid_port",
         ApiError::PortInUse(_) => "port_in_use",
         ApiError::PortNotBound(_) => "port_not_bound",

@@ -386,7 +386,7 @@ impl Run {
                 let message = pattern(len.len(), rpc.id);
                 let (result, out) =
                     self.node.api(now, hold, |ep, now| ep.send_response(now, rpc, message));
-                if let Err(ApiError::MessageLength(_) | ApiError::TxBufferFull) = result {
+                if let Err(ApiError::MessageLength { .. } | ApiError::TxBufferFull) = result {
                     self.requests.push(rpc); // still the application's to answer
                 }
                 out

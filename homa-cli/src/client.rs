@@ -226,7 +226,7 @@ pub(crate) fn error_kind(e: &homa_io::Error) -> &'static str {
         homa_io::Error::Aborted => "aborted",
         homa_io::Error::Shutdown => "shutdown",
         homa_io::Error::Rejected(_) => "rejected",
-        homa_io::Error::MessageLength(_) => "message_length",
+        homa_io::Error::MessageLength { .. } => "message_length",
         homa_io::Error::Io(_) => "io",
         _ => "other",
     }

@@ -52,8 +52,10 @@ pub struct Config {
     /// Priority levels in use (1..=8). Control packets use the highest.
     pub num_priorities: u8,
     /// This receiver's unscheduled cutoffs: entry i is the largest message that senders should
-    /// send at level i; the first entry >= 1,000,000 marks the lowest unscheduled level, and
-    /// the levels below it carry scheduled data. Entry 0 is treated as infinity.
+    /// send at level i; the first entry >= 1,000,000 marks the lowest unscheduled level (it
+    /// takes messages of any length, even past 1,000,000 bytes with a raised
+    /// `max_message_length`), and the levels below it carry scheduled data. Entry 0 is
+    /// treated as infinity.
     pub unsched_cutoffs: [u32; MAX_PRIORITIES as usize],
     /// Version of `unsched_cutoffs`, echoed by senders; change it when the cutoffs change.
     pub cutoff_version: u16,
@@ -75,6 +77,11 @@ pub struct Config {
     pub ack_timeout_ticks: u32,
 
     // --- Limits against hostile or broken peers ---
+    /// Longest message sent or accepted, 1..=2^31-1. The module's limit, 1,000,000
+    /// (`HOMA_MAX_MESSAGE_LENGTH`), is the default; a peer that has not raised it too rejects
+    /// longer messages, so raise it only among endpoints configured alike (e.g. a simulation
+    /// of the paper's workloads, whose messages reach 30 MB).
+    pub max_message_length: u32,
     /// Peers tracked at once; packets that would need another are dropped and counted.
     pub max_peers: u32,
     /// Server RPCs one peer may hold open on this endpoint.
@@ -122,6 +129,7 @@ impl Default for Config {
             timeout_ticks: 100,
             request_ack_ticks: 2,
             ack_timeout_ticks: 1000,
+            max_message_length: MAX_MESSAGE_LENGTH,
             max_peers: 10_000,
             max_rpcs_per_peer: 10_000,
             max_rx_bytes: 1 << 30,
@@ -204,14 +212,19 @@ impl Config {
         check(self.max_peers > 0, "max_peers", "must be positive")?;
         check(self.max_rpcs_per_peer > 0, "max_rpcs_per_peer", "must be positive")?;
         check(
-            self.max_rx_bytes >= u64::from(MAX_MESSAGE_LENGTH),
-            "max_rx_bytes",
-            "must hold at least one 1,000,000-byte message",
+            (1..=i32::MAX as u32).contains(&self.max_message_length),
+            "max_message_length",
+            "must be 1..=2147483647",
         )?;
         check(
-            self.wmem_max >= u64::from(MAX_MESSAGE_LENGTH),
+            self.max_rx_bytes >= u64::from(self.max_message_length),
+            "max_rx_bytes",
+            "must hold at least one message of max_message_length bytes",
+        )?;
+        check(
+            self.wmem_max >= u64::from(self.max_message_length),
             "wmem_max",
-            "must hold at least one 1,000,000-byte message",
+            "must hold at least one message of max_message_length bytes",
         )?;
         check(self.max_pending_control > 0, "max_pending_control", "must be positive")?;
         check(
@@ -313,6 +326,13 @@ mod tests {
         assert_eq!(bad(Config { timeout_ticks: 5, ..Config::default() }), "timeout_ticks");
         assert_eq!(bad(Config { first_client_id: 3, ..Config::default() }), "first_client_id");
         assert_eq!(bad(Config { first_client_id: 0, ..Config::default() }), "first_client_id");
+        let length = |max_message_length| Config { max_message_length, ..Config::default() };
+        assert_eq!(bad(length(0)), "max_message_length");
+        assert_eq!(bad(length(1 << 31)), "max_message_length");
+        // The default max_rx_bytes (1 GiB) cannot hold a message of 2^31 - 1 bytes.
+        assert_eq!(bad(length(i32::MAX as u32)), "max_rx_bytes");
+        let big = Config { max_rx_bytes: 1 << 31, wmem_max: 1 << 31, ..length(i32::MAX as u32) };
+        assert_eq!(big.validate(), Ok(()));
     }
 
     #[test]

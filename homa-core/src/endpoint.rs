@@ -16,7 +16,7 @@ use crate::sched::grant::{GrantCx, Grants};
 use crate::sched::tx::{Control, ControlBody, TxKey, TxQueues};
 use crate::time::{Instant, NANOS_PER_USEC};
 use crate::timer::TimerQueue;
-use crate::wire::{self, Ack, Body, MAX_ACKS, MAX_MESSAGE_LENGTH, PacketType, data, header};
+use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
 
 /// Lowest ephemeral (client-only) port; server ports are below it.
 pub const MIN_EPHEMERAL_PORT: u16 = 0x8000;
@@ -268,8 +268,9 @@ impl Endpoint {
     }
 
     fn check_message(&self, payload: &Payload) -> Result<(), ApiError> {
-        if payload.is_empty() || payload.len() > MAX_MESSAGE_LENGTH as usize {
-            return Err(ApiError::MessageLength(payload.len()));
+        let max = self.config.max_message_length;
+        if payload.is_empty() || payload.len() > max as usize {
+            return Err(ApiError::MessageLength { len: payload.len(), max });
         }
         if self.tx_bytes + payload.len() as u64 > self.config.wmem_max {
             return Err(ApiError::TxBufferFull);
@@ -590,7 +591,7 @@ impl Endpoint {
     ) -> Result<(), wire::Error> {
         self.advance(now);
         self.metrics.packets_in += 1;
-        let repr = match wire::Repr::parse(bytes) {
+        let repr = match wire::Repr::parse_up_to(bytes, self.config.max_message_length) {
             Ok(repr) => repr,
             Err(e) => {
                 self.metrics.drops.malformed += 1;

@@ -7,8 +7,8 @@ use core::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ApiError {
-    /// Messages must hold 1..=1,000,000 bytes.
-    MessageLength(usize),
+    /// Messages must hold 1..=`Config::max_message_length` bytes (1,000,000 by default).
+    MessageLength { len: usize, max: u32 },
     /// A server port must be 1..=32767; 0 and 32768.. are reserved (the latter for ephemeral
     /// client ports).
     InvalidPort(u16),
@@ -31,8 +31,8 @@ pub enum ApiError {
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ApiError::MessageLength(n) => {
-                write!(f, "message of {n} bytes: Homa messages hold 1..=1000000 bytes")
+            ApiError::MessageLength { len, max } => {
+                write!(f, "message of {len} bytes: Homa messages hold 1..={max} bytes")
             }
             ApiError::InvalidPort(p) => {
                 write!(f, "port {p} cannot be bound: server ports are 1..=32767")

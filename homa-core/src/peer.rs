@@ -6,7 +6,7 @@ use core::net::SocketAddr;
 use alloc::vec::Vec;
 
 use crate::Instant;
-use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
+use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 use hashbrown::HashMap;
 
 use crate::rpc::{AddrKey, Hasher};
@@ -58,8 +58,11 @@ impl Peer {
     }
 
     /// Level for unscheduled bytes of a `length`-byte message to this peer: the highest
-    /// level below `num_priorities` whose cutoff admits it (`homa_unsched_priority`).
+    /// level below `num_priorities` whose cutoff admits it (`homa_unsched_priority`). A
+    /// cutoff of 1,000,000 admits any length (messages can be longer only where
+    /// `max_message_length` was raised).
     pub(crate) fn unsched_priority(&self, length: u32, num_priorities: u8) -> u8 {
+        let length = length.min(MAX_MESSAGE_LENGTH);
         (0..num_priorities).rev().find(|&i| self.cutoffs[usize::from(i)] >= length).unwrap_or(0)
     }
 
@@ -190,6 +193,11 @@ mod tests {
         assert_eq!(p.unsched_priority(200, 8), 7);
         assert_eq!(p.unsched_priority(201, 8), 6);
         assert_eq!(p.unsched_priority(20_000, 8), 4);
+        assert_eq!(
+            p.unsched_priority(30_000_000, 8),
+            4,
+            "the lowest unscheduled level takes any length"
+        );
         assert_eq!(p.unsched_priority(100, 5), 4);
     }
 

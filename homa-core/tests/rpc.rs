@@ -6,7 +6,11 @@ use common::*;
 use homa_core::{ApiError, Config, Endpoint};
 
 fn round_trip(len: usize) {
-    let Star { mut net, hosts, ports, .. } = star(2, Config::default(), 10, 1);
+    round_trip_with(Config::default(), len);
+}
+
+fn round_trip_with(config: Config, len: usize) {
+    let Star { mut net, hosts, ports, .. } = star(2, config, 10, 1);
     let mut app = Echo::default();
     let msg = pattern(len, len as u64);
     let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], msg.clone());
@@ -29,14 +33,48 @@ fn rpcs_of_every_boundary_size() {
 }
 
 #[test]
+fn a_raised_message_limit_carries_longer_messages() {
+    let config = Config { max_message_length: 3_000_000, ..Config::default() };
+    round_trip_with(config.clone(), 2_999_999);
+    let mut ep = Endpoint::new(config).unwrap();
+    let port = ep.bind_ephemeral().unwrap();
+    let dest = "198.18.0.1:4000".parse().unwrap();
+    assert_eq!(
+        ep.send_request(0, port, dest, 1, vec![0; 3_000_001], 0),
+        Err(ApiError::MessageLength { len: 3_000_001, max: 3_000_000 })
+    );
+}
+
+#[test]
+fn a_receiver_at_the_modules_limit_drops_longer_messages() {
+    use homa_core::{FailReason, testnet};
+    let mut server = Endpoint::new(Config::default()).unwrap();
+    server.bind(SERVER_PORT).unwrap();
+    // Only the client raised its limit: the server takes its DATA as malformed.
+    let mut client =
+        Endpoint::new(Config { max_message_length: 2_000_000, ..Config::default() }).unwrap();
+    let port = client.bind_ephemeral().unwrap();
+    let (mut net, hosts, _) = testnet::star(1, vec![server, client], 10 * GBPS, 1_000);
+    let mut app = Echo::default();
+    let id = call(&mut net, &mut app, hosts[1], port, hosts[0], pattern(1_500_000, 1));
+    assert!(net.run_until_idle(10_000 * MS, &mut app), "network did not go idle");
+    assert_eq!(app.failures, vec![(hosts[1], id, FailReason::Timeout)]);
+    assert!(net.endpoint(hosts[0]).metrics().drops.malformed > 0);
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
+}
+
+#[test]
 fn bad_message_lengths_are_rejected() {
     let mut ep = Endpoint::new(Config::default()).unwrap();
     let port = ep.bind_ephemeral().unwrap();
     let dest = "198.18.0.1:4000".parse().unwrap();
-    assert_eq!(ep.send_request(0, port, dest, 1, Vec::new(), 0), Err(ApiError::MessageLength(0)));
+    assert_eq!(
+        ep.send_request(0, port, dest, 1, Vec::new(), 0),
+        Err(ApiError::MessageLength { len: 0, max: 1_000_000 })
+    );
     assert_eq!(
         ep.send_request(0, port, dest, 1, vec![0; 1_000_001], 0),
-        Err(ApiError::MessageLength(1_000_001))
+        Err(ApiError::MessageLength { len: 1_000_001, max: 1_000_000 })
     );
     assert_eq!(ep.rpc_count(), 0);
     assert_eq!(ep.poll_timeout(), None, "a rejected call leaves nothing to do");

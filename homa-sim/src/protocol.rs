@@ -13,9 +13,6 @@ pub const PAPER_RTT_BYTES: u32 = 10_000;
 pub const PAPER_UNSCHED_BYTES: u32 = 9_328;
 /// Message bytes per full DATA packet in the paper's simulator.
 pub const PAPER_PAYLOAD: u32 = 1_442;
-/// The largest message the core sends (the module's `HOMA_MAX_MESSAGE_LENGTH`); longer
-/// simulated messages are sent as a sequence of messages of at most this size.
-pub const MAX_CHUNK: u64 = MAX_MESSAGE_LENGTH as u64;
 
 /// The degree of overcommitment (= scheduled priority levels) the paper used for a workload.
 pub fn paper_overcommit(workload: &str) -> Option<u8> {
@@ -42,6 +39,8 @@ pub fn paper_overcommit(workload: &str) -> Option<u8> {
 ///   in the paper's simulator, so the sender's SRPT choice is made at the last moment;
 /// - `sched_levels` of the `priorities` levels for scheduled packets, the rest unscheduled
 ///   with cutoffs from [`cutoffs_for_workload`];
+/// - `max_message_length` raised to the workload's longest message (the paper's simulator
+///   had no limit; the module's is 1,000,000 bytes);
 /// - generous memory limits (`wmem_max`, `max_rx_bytes`, peers), as a simulation only
 ///   measures the protocol.
 pub fn paper_config(
@@ -69,35 +68,35 @@ pub fn paper_config(
         max_rx_bytes: 1 << 40,
         max_peers: 1 << 20,
         max_rpcs_per_peer: 1 << 20,
+        max_message_length: longest_message(workload),
         ..Config::default()
     };
     let unsched_levels = priorities.saturating_sub(sched_levels).max(1);
     Config { unsched_cutoffs: cutoffs_for_workload(workload, &base, unsched_levels), ..base }
 }
 
+/// The `max_message_length` a simulation of `workload` needs: its longest message, and at
+/// least the module's limit (so that configurations stay alike where that suffices).
+fn longest_message(workload: &Workload) -> u32 {
+    let longest = workload.sizes().iter().copied().max().unwrap_or(1);
+    longest.clamp(u64::from(MAX_MESSAGE_LENGTH), i32::MAX as u64) as u32
+}
+
 /// Message bytes in each DATA packet of a `len`-byte message, as the core packetises it: full
 /// packets, except that the last unscheduled packet may be short (module
-/// `homa_message_out_fill`). `len` may exceed one message; the packets are then those of the
-/// sequence of at most [`MAX_CHUNK`]-byte messages it is sent as, if `chunked`.
-pub fn data_packets(len: u64, config: &Config, chunked: bool) -> impl Iterator<Item = u32> {
+/// `homa_message_out_fill`).
+pub fn data_packets(len: u64, config: &Config) -> impl Iterator<Item = u32> {
     let max_payload = u64::from(config.max_payload());
-    let unsched = u64::from(config.unsched_bytes);
-    let chunk = if chunked { MAX_CHUNK } else { u64::MAX };
-    let mut start = 0u64; // of the current chunk
-    let mut offset = 0u64; // within the current chunk
+    let unsched = u64::from(config.unsched_bytes).min(len);
+    let mut offset = 0u64;
     core::iter::from_fn(move || {
-        if start + offset >= len {
+        if offset >= len {
             return None;
         }
-        let this = (len - start).min(chunk);
-        let limit = if offset < unsched.min(this) { unsched.min(this) } else { this };
+        let limit = if offset < unsched { unsched } else { len };
         let end = (offset + max_payload).min(limit);
         let payload = (end - offset) as u32;
         offset = end;
-        if offset == this {
-            start += this;
-            offset = 0;
-        }
         Some(payload)
     })
 }
@@ -126,20 +125,12 @@ pub fn grants_for(len: u64, config: &Config) -> u64 {
     let window =
         u64::from(if config.window != 0 { config.window } else { config.max_incoming / 2 });
     let mut grants = 0;
-    let (mut start, mut received, mut granted) = (0u64, 0u64, 0u64);
-    for payload in data_packets(len, config, true) {
-        if received == 0 {
-            granted = u64::from(config.unsched_bytes).min((len - start).min(MAX_CHUNK));
-        }
+    let (mut received, mut granted) = (0u64, u64::from(config.unsched_bytes).min(len));
+    for payload in data_packets(len, config) {
         received += u64::from(payload);
-        let this = (len - start).min(MAX_CHUNK);
-        if granted < this && received + window > granted {
-            granted = (received + window).min(this);
+        if granted < len && received + window > granted {
+            granted = (received + window).min(len);
             grants += 1;
-        }
-        if received == this {
-            start += this;
-            received = 0;
         }
     }
     grants
@@ -152,7 +143,7 @@ pub fn wire_bytes_per_message(workload: &Workload, config: &Config, mode: crate:
     let grant = u64::from(grant_wire_bytes(config));
     let one_way = workload.expect(|s| {
         let data: u64 =
-            data_packets(s, config, true).map(|p| u64::from(data_wire_bytes(p, config))).sum();
+            data_packets(s, config).map(|p| u64::from(data_wire_bytes(p, config))).sum();
         (data + grants_for(s, config) * grant) as f64
     });
     match mode {
@@ -187,9 +178,8 @@ pub fn cutoffs_for_workload(
         .iter()
         .zip(workload.probabilities())
         .map(|(&s, p)| {
-            let wire: u32 = data_packets(s.min(unsched), config, false)
-                .map(|b| data_wire_bytes(b, config))
-                .sum();
+            let wire: u32 =
+                data_packets(s.min(unsched), config).map(|b| data_wire_bytes(b, config)).sum();
             p * f64::from(wire)
         })
         .collect();
@@ -234,16 +224,22 @@ mod tests {
     fn packets_follow_the_cores_split() {
         let c = paper("w3");
         assert_eq!(c.max_payload(), 1442);
-        let p: Vec<u32> = data_packets(10_000, &c, true).collect();
+        let p: Vec<u32> = data_packets(10_000, &c).collect();
         assert_eq!(p, [1442, 1442, 1442, 1442, 1442, 1442, 676, 672]);
-        assert_eq!(data_packets(1, &c, true).collect::<Vec<_>>(), [1]);
-        // Chunked: two messages of 1,000,000 and one of 500,000, each with its own split.
-        let total: u64 = data_packets(2_500_000, &c, true).map(u64::from).sum();
-        assert_eq!(total, 2_500_000);
-        let chunked = data_packets(2_500_000, &c, true).count();
-        let whole = data_packets(2_500_000, &c, false).count();
-        // Each chunk ends its unscheduled part and its message with a short packet.
-        assert!((whole + 2..=whole + 4).contains(&chunked), "{chunked} vs {whole}");
+        assert_eq!(data_packets(1, &c).collect::<Vec<_>>(), [1]);
+        // A message over the module's 1,000,000-byte limit is one message: one short packet
+        // ends its unscheduled part, one its end.
+        let p: Vec<u32> = data_packets(2_500_000, &c).collect();
+        assert_eq!(p.iter().map(|&b| u64::from(b)).sum::<u64>(), 2_500_000);
+        assert_eq!(p.iter().filter(|&&b| b != 1442).count(), 2);
+    }
+
+    #[test]
+    fn the_longest_message_fits() {
+        assert_eq!(paper("w1").max_message_length, 1_000_000);
+        assert_eq!(paper("w5").max_message_length, 29_400_000);
+        let g = grants_for(29_400_000, &paper("w5"));
+        assert!(g.abs_diff((29_400_000 - 9_328u64).div_ceil(1442)) <= 8, "{g}");
     }
 
     #[test]

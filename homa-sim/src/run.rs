@@ -10,7 +10,7 @@ use homa_core::{ApiError, Config, Endpoint, Event, Payload};
 use serde::Serialize;
 
 use crate::fabric::{Fabric, Topology, host_addr, host_of};
-use crate::protocol::{self, MAX_CHUNK};
+use crate::protocol;
 use crate::report::{self, Report, Stats};
 use crate::workload::Workload;
 
@@ -93,24 +93,35 @@ pub struct Progress {
     pub steps: u64,
 }
 
-/// Message bytes without storage: a prefix of one shared buffer of zeros.
-struct Zeros(usize);
-
-static ZEROS: [u8; MAX_CHUNK as usize] = [0; MAX_CHUNK as usize];
+/// Message bytes without storage of their own: a prefix of one shared buffer of zeros.
+struct Zeros {
+    all: Arc<[u8]>,
+    len: usize,
+}
 
 impl AsRef<[u8]> for Zeros {
     fn as_ref(&self) -> &[u8] {
-        &ZEROS[..self.0]
+        &self.all[..self.len]
     }
 }
 
 /// Payloads of zeros by length, shared: a message costs a reference count, not an allocation.
-#[derive(Default)]
-struct ZeroPayloads(HashMap<u64, Arc<Zeros>, foldhash::fast::FixedState>);
+struct ZeroPayloads {
+    /// As long as the longest message (zeroed pages are only mapped in as they are read).
+    all: Arc<[u8]>,
+    by_len: HashMap<u64, Arc<Zeros>, foldhash::fast::FixedState>,
+}
 
 impl ZeroPayloads {
+    fn new(longest: u64) -> ZeroPayloads {
+        ZeroPayloads { all: vec![0; longest as usize].into(), by_len: HashMap::default() }
+    }
+
     fn get(&mut self, len: u64) -> Payload {
-        let zeros = self.0.entry(len).or_insert_with(|| Arc::new(Zeros(len as usize)));
+        let zeros = self
+            .by_len
+            .entry(len)
+            .or_insert_with(|| Arc::new(Zeros { all: self.all.clone(), len: len as usize }));
         Payload::shared(zeros.clone())
     }
 }
@@ -122,8 +133,6 @@ struct Msg {
     dst: u32,
     size_index: u32,
     size: u64,
-    /// Bytes handed to the core so far (messages over `MAX_CHUNK` go as a sequence).
-    sent: u64,
     created: u64,
     measured: bool,
 }
@@ -131,7 +140,7 @@ struct Msg {
 /// Work for a host other than the one whose event is being handled.
 #[derive(Debug, Clone, Copy)]
 enum Pending {
-    /// Send the next chunk of a message.
+    /// Hand a new message to its sender's endpoint.
     Send(u32),
     /// Forget a one-way message's client RPC.
     Abort { host: u32, id: u64 },
@@ -174,16 +183,8 @@ impl Driver {
         }
     }
 
-    /// Takes the next chunk of message `i`: (sender, receiver, length).
-    fn next_chunk(&mut self, i: u32) -> Option<(usize, usize, u64)> {
-        let m = self.msgs[i as usize].as_mut()?;
-        let len = (m.size - m.sent).min(MAX_CHUNK);
-        m.sent += len;
-        Some((m.src as usize, m.dst as usize, len))
-    }
-
-    /// Notes the outcome of handing a chunk of message `i` to host `src`'s endpoint.
-    fn chunk_sent(&mut self, i: u32, src: usize, result: Result<u64, ApiError>) {
+    /// Notes the outcome of handing message `i` to host `src`'s endpoint.
+    fn sent(&mut self, i: u32, src: usize, result: Result<u64, ApiError>) {
         match result {
             Ok(id) if self.mode == Mode::OneWay => {
                 self.by_rpc.insert((src as u32, id), i);
@@ -196,16 +197,10 @@ impl Driver {
         }
     }
 
-    /// A chunk of message `i` arrived: true if another is to be sent, else the message is
-    /// complete and recorded.
-    fn chunk_done(&mut self, now: u64, i: u32, len: u64) -> bool {
+    /// Message `i` (`len` bytes) arrived.
+    fn delivered(&mut self, now: u64, i: u32, len: u64) {
         self.delivered_bytes += len;
-        let Some(m) = self.msgs[i as usize] else { return false };
-        if m.sent < m.size {
-            return true;
-        }
         self.finish(i, Some(now));
-        false
     }
 
     fn finish(&mut self, i: u32, done: Option<u64>) {
@@ -260,21 +255,12 @@ impl App for Driver {
                         let id = rpc.id ^ 1;
                         let Some(i) = self.by_rpc.remove(&(client as u32, id)) else { return };
                         self.pending.push(Pending::Abort { host: client as u32, id });
-                        if self.chunk_done(now, i, len) {
-                            self.pending.push(Pending::Send(i));
-                        }
+                        self.delivered(now, i, len);
                     }
                 }
             }
             Event::ResponseReceived { cookie, message, .. } => {
-                let i = cookie as u32;
-                if self.chunk_done(now, i, message.len() as u64)
-                    && let Some((src, dst, len)) = self.next_chunk(i)
-                {
-                    let payload = self.zeros.get(len);
-                    let result = send(now, ep, self.client_port, dst, payload, i);
-                    self.chunk_sent(i, src, result);
-                }
+                self.delivered(now, cookie as u32, message.len() as u64);
             }
             Event::RpcFailed { cookie, .. } => {
                 let _ = host;
@@ -297,6 +283,14 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
     let topo = &cfg.topology;
     let hosts = topo.hosts;
     let w = &cfg.workload;
+    let longest = w.sizes().iter().copied().max().unwrap_or(1);
+    let max = cfg.endpoint.max_message_length;
+    if longest > u64::from(max) {
+        return Err(format!(
+            "the workload's longest message ({longest} bytes) exceeds the endpoints' \
+             max_message_length ({max})"
+        ));
+    }
     let endpoints = (0..hosts)
         .map(|i| {
             let seed = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64);
@@ -328,7 +322,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         free: Vec::new(),
         by_rpc: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(cfg.seed)),
         pending: Vec::new(),
-        zeros: ZeroPayloads::default(),
+        zeros: ZeroPayloads::new(longest),
         stats: Stats::new(w, &bounds),
         ideal_local,
         ideal_remote,
@@ -436,7 +430,6 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             dst: dst as u32,
             size_index: size_index as u32,
             size: w.sizes()[size_index],
-            sent: 0,
             created: t,
             measured,
         });
@@ -519,7 +512,7 @@ fn share_cutoffs(net: &mut Network, driver: &mut Driver, hosts: usize, config: &
 fn paced(len: u64, config: &Config) -> Vec<(u32, f64)> {
     let backlog = f64::from(config.max_nic_est_backlog_usecs) * 1e3;
     let (mut idle, mut emitted, mut left) = (0.0f64, 0.0f64, len);
-    protocol::data_packets(len, config, false)
+    protocol::data_packets(len, config)
         .map(|payload| {
             let wire = protocol::data_wire_bytes(payload, config);
             let ready = if left > u64::from(config.defer_min_bytes) { idle - backlog } else { 0.0 };
@@ -531,17 +524,17 @@ fn paced(len: u64, config: &Config) -> Vec<(u32, f64)> {
         .collect()
 }
 
-/// Does the hosts' deferred work: next chunks, and one-way aborts.
+/// Does the hosts' deferred work: new messages, and one-way aborts.
 fn flush(net: &mut Network, driver: &mut Driver) {
     while let Some(p) = driver.pending.pop() {
         match p {
             Pending::Send(i) => {
-                let Some((src, dst, len)) = driver.next_chunk(i) else { continue };
-                let port = driver.client_port;
-                let payload = driver.zeros.get(len);
+                let Some(m) = driver.msgs[i as usize] else { continue };
+                let (src, dst, port) = (m.src as usize, m.dst as usize, driver.client_port);
+                let payload = driver.zeros.get(m.size);
                 let result =
                     net.with_endpoint(src, driver, |now, ep| send(now, ep, port, dst, payload, i));
-                driver.chunk_sent(i, src, result);
+                driver.sent(i, src, result);
             }
             Pending::Abort { host, id } => {
                 net.with_endpoint(host as usize, driver, |_, ep| {

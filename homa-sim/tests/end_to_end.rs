@@ -47,15 +47,20 @@ fn an_idle_network_meets_the_ideal_time() {
 }
 
 #[test]
-fn messages_longer_than_the_core_allows_go_as_a_sequence() {
+fn messages_longer_than_the_modules_limit_go_whole() {
     let w = Workload::parse("long", "1000 0.5\n2500000 1\n").unwrap();
     let mut cfg = small(w, 0.3, 40);
     cfg.topology.hosts = 4;
     cfg.topology.hosts_per_rack = 4;
+    assert_eq!(cfg.endpoint.max_message_length, 2_500_000);
     let report = run(&cfg, &mut |_| {}).unwrap();
     assert_eq!(report.measured.completed, 40);
     let long = report.bins.last().unwrap();
     assert!(long.messages > 0 && long.median.unwrap() >= 1.0, "{}", report.table());
+    // Endpoints at the module's limit cannot carry the workload: a clear error, not a run.
+    cfg.endpoint.max_message_length = 1_000_000;
+    let err = run(&cfg, &mut |_| {}).unwrap_err();
+    assert!(err.contains("max_message_length"), "{err}");
 }
 
 #[test]

@@ -20,9 +20,9 @@ pub enum Error {
     /// Another socket holds this port.
     #[error("port {0} is already in use")]
     PortInUse(u16),
-    /// Messages hold 1..=1,000,000 bytes.
-    #[error("message of {0} bytes: Homa messages hold 1..=1000000 bytes")]
-    MessageLength(usize),
+    /// Messages hold 1..=`Config::max_message_length` bytes (1,000,000 by default).
+    #[error("message of {len} bytes: Homa messages hold 1..={max} bytes")]
+    MessageLength { len: usize, max: u32 },
     /// The destination's address family differs from the socket's (IPv4 vs IPv6).
     #[error("{0} has another address family than this socket")]
     AddressFamily(SocketAddr),
@@ -69,7 +69,7 @@ pub enum Error {
 impl From<ApiError> for Error {
     fn from(e: ApiError) -> Error {
         match e {
-            ApiError::MessageLength(n) => Error::MessageLength(n),
+            ApiError::MessageLength { len, max } => Error::MessageLength { len, max },
             ApiError::InvalidPort(p) => Error::InvalidPort(p),
             ApiError::PortInUse(p) => Error::PortInUse(p),
             other => Error::Rejected(other),

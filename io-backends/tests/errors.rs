@@ -55,9 +55,12 @@ fn bad_call_arguments_are_typed_errors() {
     let client = Socket::client(loopback_v4()).unwrap();
     let to = server.local_addr();
     let empty = client.call(to, Vec::new(), None);
-    assert!(matches!(empty, Err(Error::MessageLength(0))), "{empty:?}");
+    assert!(matches!(empty, Err(Error::MessageLength { len: 0, .. })), "{empty:?}");
     let huge = client.call_async(to, vec![0; 1_000_001], None);
-    assert!(matches!(huge, Err(Error::MessageLength(1_000_001))), "{huge:?}");
+    assert!(
+        matches!(huge, Err(Error::MessageLength { len: 1_000_001, max: 1_000_000 })),
+        "{huge:?}"
+    );
     for port in [0, 32768] {
         let r = client.call(SocketAddr::new(to.ip(), port), vec![1], None);
         assert!(matches!(r, Err(Error::InvalidPort(p)) if p == port), "{r:?}");

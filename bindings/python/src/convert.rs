@@ -186,7 +186,8 @@ macro_rules! config_fields {
             wmem_max u64; window u32; max_incoming u32; max_overcommit u8;
             fifo_grant_increment u32; grant_fifo_fraction u32; num_priorities u8;
             cutoff_version u16; tick_usecs u32; resend_ticks u32; resend_interval u32;
-            timeout_ticks u32; request_ack_ticks u32; ack_timeout_ticks u32; max_peers u32;
+            timeout_ticks u32; request_ack_ticks u32; ack_timeout_ticks u32;
+            max_message_length u32; max_peers u32;
             max_rpcs_per_peer u32; max_rx_bytes u64; max_gaps u32; max_pending_control u32;
             first_client_id u64; seed u64)
     };

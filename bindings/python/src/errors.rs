@@ -1,7 +1,6 @@
 //! Rust errors as the Python exceptions of `homa._errors`: `HomaError` and its subclasses,
 //! each carrying a stable `kind` (the core's snake-case error names, e.g. `port_in_use`).
 
-use homa_core::wire::MAX_MESSAGE_LENGTH;
 use homa_core::{ApiError, ConfigError};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -30,7 +29,7 @@ pub(crate) fn new(py: Python<'_>, class: &str, kind: Option<&str>, message: Stri
 pub(crate) fn api(py: Python<'_>, e: ApiError) -> PyErr {
     let kind = conformance::scenarios::api_error_name(&e);
     let class = match e {
-        ApiError::MessageLength(n) if n > MAX_MESSAGE_LENGTH as usize => "MessageTooLargeError",
+        ApiError::MessageLength { len, max } if len > max as usize => "MessageTooLargeError",
         ApiError::PortInUse(_) => "PortInUseError",
         ApiError::UnknownRpc(_) => "PeerUnknownError",
         ApiError::NoEphemeralPort | ApiError::TooManyPeers | ApiError::TxBufferFull => {
@@ -60,7 +59,7 @@ pub(crate) fn io(py: Python<'_>, e: homa_io::Error) -> PyErr {
     match e {
         E::InvalidPort(_) => new(py, "InvalidArgumentError", Some("invalid_port"), message),
         E::PortInUse(_) => new(py, "PortInUseError", Some("port_in_use"), message),
-        E::MessageLength(n) => api(py, ApiError::MessageLength(n)),
+        E::MessageLength { len, max } => api(py, ApiError::MessageLength { len, max }),
         E::AddressFamily(_) => new(py, "InvalidArgumentError", Some("address_family"), message),
         E::Unreachable(_) => new(py, "PeerUnknownError", Some("unreachable"), message),
         E::TimedOut => new(py, "TimeoutError", None, message),

@@ -131,8 +131,16 @@ pub struct Repr {
 impl Repr {
     /// Parses and validates: `message_length` in 1..=1,000,000 and the payload inside it.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
+        Repr::parse_up_to(packet, MAX_MESSAGE_LENGTH)
+    }
+
+    /// As [`parse`](Self::parse), with `message_length` in 1..=`max_message_length`.
+    pub fn parse_up_to<T: AsRef<[u8]>>(
+        packet: &Packet<T>,
+        max_message_length: u32,
+    ) -> Result<Repr, Error> {
         let message_length = packet.message_length();
-        if message_length == 0 || message_length > MAX_MESSAGE_LENGTH {
+        if message_length == 0 || message_length > max_message_length {
             return Err(Error::BadMessageLength(message_length));
         }
         let offset = packet.offset();

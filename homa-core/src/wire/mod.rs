@@ -145,7 +145,8 @@ pub enum Error {
     UnknownType(u8),
     /// An ACK claims more than [`MAX_ACKS`] entries.
     TooManyAcks(u16),
-    /// DATA with `message_length` 0 or above [`MAX_MESSAGE_LENGTH`].
+    /// DATA with `message_length` 0 or above [`MAX_MESSAGE_LENGTH`] (or the limit given to
+    /// `parse_up_to`).
     BadMessageLength(u32),
     /// DATA whose payload extends past `message_length`.
     PastMessageEnd { offset: u32, payload_len: usize, message_length: u32 },

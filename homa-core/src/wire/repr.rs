@@ -46,13 +46,19 @@ impl<'a> Repr<'a> {
     /// Bytes past a control packet's fixed size are ignored, as the module ignores them;
     /// [`buffer_len`](Self::buffer_len) tells how many were used.
     pub fn parse(bytes: &'a [u8]) -> Result<Repr<'a>, Error> {
+        Repr::parse_up_to(bytes, super::MAX_MESSAGE_LENGTH)
+    }
+
+    /// As [`parse`](Self::parse), accepting DATA of messages up to `max_message_length`
+    /// bytes instead of the module's 1,000,000 (see `Config::max_message_length`).
+    pub fn parse_up_to(bytes: &'a [u8], max_message_length: u32) -> Result<Repr<'a>, Error> {
         let common = header::Packet::new_checked(bytes)?;
         let packet_type = common.packet_type()?;
         let header = header::Repr::parse(&common);
         let body = match packet_type {
             PacketType::Data => {
                 let p = data::Packet::new_checked(bytes)?;
-                let repr = data::Repr::parse(&p)?;
+                let repr = data::Repr::parse_up_to(&p, max_message_length)?;
                 Body::Data { repr, payload: &bytes[data::HEADER_LEN..] }
             }
             PacketType::Grant => {
