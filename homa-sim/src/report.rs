@@ -299,7 +299,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
     let mut all: Vec<f32> = Vec::new();
     let mut bins = Vec::new();
     for (i, samples) in x.stats.samples.iter_mut().enumerate() {
-        samples.sort_by(f32::total_cmp);
+        samples.sort_unstable_by(f32::total_cmp);
         all.extend_from_slice(samples);
         let n = samples.len();
         let some = |v: f64| (n > 0).then(|| r4(v));
@@ -318,7 +318,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
     }
     let completed = all.len() as u64;
     let mean = all.iter().map(|&s| f64::from(s)).sum::<f64>() / all.len().max(1) as f64;
-    all.sort_by(f32::total_cmp);
+    all.sort_unstable_by(f32::total_cmp);
     let key = |i: usize| Key {
         bin_upper: bins[i].upper,
         messages: bins[i].messages,
