@@ -104,6 +104,10 @@ pub(crate) struct Args {
     /// Grant window per message (RTTbytes).
     #[arg(long, default_value_t = homa_sim::PAPER_RTT_BYTES)]
     window: u32,
+    /// Silent ticks (1 ms) before a receiver asks for missing data with RESEND (the
+    /// module's default is 5; an RPC silent four times as long fails).
+    #[arg(long, default_value_t = homa_sim::PAPER_RESEND_TICKS)]
+    resend_ticks: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -147,6 +151,8 @@ impl Args {
         endpoint.max_overcommit = overcommit;
         endpoint.unsched_bytes = self.unsched_bytes;
         endpoint.window = self.window;
+        endpoint.resend_ticks = self.resend_ticks;
+        endpoint.timeout_ticks = self.resend_ticks.saturating_mul(4).max(self.resend_ticks + 1);
         if self.unsched_bytes != homa_sim::PAPER_UNSCHED_BYTES {
             let unsched_levels = self.priorities - sched;
             endpoint.unsched_cutoffs =
