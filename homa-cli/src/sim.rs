@@ -83,7 +83,8 @@ pub(crate) struct Args {
     /// default: one GRANT per full DATA packet).
     #[arg(long)]
     nic_headroom: Option<f64>,
-    /// Buffer per switch port in KB (all priorities together); default unlimited.
+    /// Buffer per switch port in KB (all priorities together); default unlimited. Drops are
+    /// recovered by RESEND: pair it with a lower --resend-ticks (the module uses 5).
     #[arg(long)]
     buffer_kb: Option<u64>,
 

@@ -77,7 +77,10 @@ fn request_response_mode_completes_rpcs() {
 fn finite_buffers_drop_and_messages_still_complete() {
     let mut cfg = small(mixed(), 0.8, 300);
     cfg.topology.buffer_bytes = Some(6_000);
-    // Loss recovery runs on 1 ms ticks: shorten them so the test stays quick.
+    // Losses need the module's loss recovery (RESEND after 5 silent ticks), and ticks
+    // shorter than 1 ms keep the test quick.
+    cfg.endpoint.resend_ticks = 5;
+    cfg.endpoint.timeout_ticks = 100;
     cfg.endpoint.tick_usecs = 50;
     let report = run(&cfg, &mut |_| {}).unwrap();
     assert!(report.switch_drops > 0, "{}", report.table());
