@@ -92,8 +92,13 @@ def test_api_errors_have_kinds() -> None:
     with pytest.raises(homa.PeerUnknownError) as e3:
         ep.abort(1234)
     assert e3.value.kind == "unknown_rpc"
-    with pytest.raises(homa.MessageTooLargeError):
+    with pytest.raises(homa.MessageTooLargeError, match=r"1\.\.=1000000 bytes"):
         ep.send_request(0, 99, B, 99, bytes(1_000_001))
+    raised = homa.Endpoint(max_message_length=2_000_000)
+    raised.bind(99)
+    raised.send_request(0, 99, B, 99, bytes(1_000_001))
+    with pytest.raises(homa.MessageTooLargeError, match=r"1\.\.=2000000 bytes"):
+        raised.send_request(0, 99, B, 99, bytes(2_000_001))
     with pytest.raises(homa.InvalidArgumentError) as e4:
         ep.send_request(0, 98, B, 99, b"x")
     assert e4.value.kind == "port_not_bound"
