@@ -34,7 +34,8 @@ pub(crate) struct RpcTable {
 /// whose 16-byte alignment would make every hash-table entry 8 bytes longer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct AddrKey {
-    ip: [u64; 2],
+    ip_high: u64,
+    ip_low: u64,
     port: u16,
 }
 
@@ -44,7 +45,7 @@ impl From<SocketAddr> for AddrKey {
             SocketAddr::V4(a) => a.ip().to_ipv6_mapped().to_bits(),
             SocketAddr::V6(a) => a.ip().to_bits(),
         };
-        AddrKey { ip: [(ip >> 64) as u64, ip as u64], port: addr.port() }
+        AddrKey { ip_high: (ip >> 64) as u64, ip_low: ip as u64, port: addr.port() }
     }
 }
 

@@ -141,7 +141,7 @@ impl Repr {
     ) -> Result<Repr, Error> {
         let message_length = packet.message_length();
         if message_length == 0 || message_length > max_message_length {
-            return Err(Error::BadMessageLength(message_length));
+            return Err(Error::BadMessageLength { len: message_length, max: max_message_length });
         }
         let offset = packet.offset();
         let payload_len = packet.payload().len();
@@ -220,12 +220,12 @@ mod tests {
         b[28..32].copy_from_slice(&0u32.to_be_bytes());
         assert_eq!(
             Repr::parse(&Packet::new_checked(&b[..]).unwrap()),
-            Err(Error::BadMessageLength(0))
+            Err(Error::BadMessageLength { len: 0, max: 1_000_000 })
         );
         b[28..32].copy_from_slice(&1_000_001u32.to_be_bytes());
         assert_eq!(
             Repr::parse(&Packet::new_checked(&b[..]).unwrap()),
-            Err(Error::BadMessageLength(1_000_001))
+            Err(Error::BadMessageLength { len: 1_000_001, max: 1_000_000 })
         );
         b[28..32].copy_from_slice(&99u32.to_be_bytes());
         assert_eq!(
@@ -243,6 +243,24 @@ mod tests {
             Packet::new_checked(&b[..55]),
             Err(Error::Truncated { packet_type: Some(PacketType::Data), len: 55, min: 56 })
         );
+    }
+
+    #[test]
+    fn a_raised_limit_admits_longer_messages() {
+        let mut b = golden_response();
+        let max = i32::MAX as u32;
+        b[28..32].copy_from_slice(&max.to_be_bytes());
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(Repr::parse(&p), Err(Error::BadMessageLength { len: max, max: 1_000_000 }));
+        assert_eq!(Repr::parse_up_to(&p, max).unwrap().message_length, max);
+        // The last 100 bytes of the longest message fit; one byte further does not.
+        b[52..56].copy_from_slice(&(max - 100).to_be_bytes());
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(p.offset(), max - 100);
+        assert!(Repr::parse_up_to(&p, max).is_ok());
+        b[52..56].copy_from_slice(&(max - 99).to_be_bytes());
+        let p = Packet::new_checked(&b[..]).unwrap();
+        assert!(matches!(Repr::parse_up_to(&p, max), Err(Error::PastMessageEnd { .. })));
     }
 
     #[test]

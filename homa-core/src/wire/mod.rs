@@ -145,9 +145,9 @@ pub enum Error {
     UnknownType(u8),
     /// An ACK claims more than [`MAX_ACKS`] entries.
     TooManyAcks(u16),
-    /// DATA with `message_length` 0 or above [`MAX_MESSAGE_LENGTH`] (or the limit given to
-    /// `parse_up_to`).
-    BadMessageLength(u32),
+    /// DATA with `message_length` 0 or above `max` ([`MAX_MESSAGE_LENGTH`] unless a larger
+    /// limit was given to `parse_up_to`).
+    BadMessageLength { len: u32, max: u32 },
     /// DATA whose payload extends past `message_length`.
     PastMessageEnd { offset: u32, payload_len: usize, message_length: u32 },
     /// A GRANT or RESEND naming a priority level above 7.
@@ -165,7 +165,7 @@ impl Error {
             Error::Truncated { .. } => "truncated",
             Error::UnknownType(_) => "unknown_type",
             Error::TooManyAcks(_) => "too_many_acks",
-            Error::BadMessageLength(_) => "bad_message_length",
+            Error::BadMessageLength { .. } => "bad_message_length",
             Error::PastMessageEnd { .. } => "past_message_end",
             Error::BadPriority(_) => "bad_priority",
             Error::BufferTooSmall { .. } => "buffer_too_small",
@@ -188,8 +188,8 @@ impl fmt::Display for Error {
             Error::TooManyAcks(n) => {
                 write!(f, "ACK claims {n} acks, at most {MAX_ACKS} fit in a packet")
             }
-            Error::BadMessageLength(len) => {
-                write!(f, "message_length {len} is out of range (1..={MAX_MESSAGE_LENGTH})")
+            Error::BadMessageLength { len, max } => {
+                write!(f, "message_length {len} is out of range (1..={max})")
             }
             Error::PastMessageEnd { offset, payload_len, message_length } => write!(
                 f,
