@@ -106,8 +106,9 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = homa_sim::PAPER_RTT_BYTES)]
     window: u32,
     /// Silent ticks (1 ms) before a receiver asks for missing data with RESEND (the
-    /// module's default is 5; an RPC silent four times as long fails).
-    #[arg(long, default_value_t = homa_sim::PAPER_RESEND_TICKS)]
+    /// module's default is 5); an RPC silent for 4x as long, and at least the module's 100
+    /// ticks, fails.
+    #[arg(long, default_value_t = homa_sim::SIM_RESEND_TICKS)]
     resend_ticks: u32,
 }
 
@@ -153,7 +154,8 @@ impl Args {
         endpoint.unsched_bytes = self.unsched_bytes;
         endpoint.window = self.window;
         endpoint.resend_ticks = self.resend_ticks;
-        endpoint.timeout_ticks = self.resend_ticks.saturating_mul(4).max(self.resend_ticks + 1);
+        let module_timeout = homa_core::Config::default().timeout_ticks;
+        endpoint.timeout_ticks = module_timeout.max(self.resend_ticks.saturating_mul(4));
         if self.unsched_bytes != homa_sim::PAPER_UNSCHED_BYTES {
             let unsched_levels = self.priorities - sched;
             endpoint.unsched_cutoffs =

@@ -40,7 +40,8 @@ pub struct Topology {
     /// once builds an ever longer NIC queue; the headroom carries those packets instead.
     pub nic_headroom: f64,
     /// Byte limit of each switch output port's queues together (all 8 levels); `None` is
-    /// unlimited. Packets that do not fit are dropped and counted.
+    /// unlimited. Packets that do not fit are dropped and counted; they are recovered by
+    /// RESEND, which `paper_config` delays to 100 ms (lower `Config::resend_ticks` here).
     pub buffer_bytes: Option<u64>,
 }
 

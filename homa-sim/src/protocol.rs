@@ -13,8 +13,9 @@ pub const PAPER_RTT_BYTES: u32 = 10_000;
 pub const PAPER_UNSCHED_BYTES: u32 = 9_328;
 /// Message bytes per full DATA packet in the paper's simulator.
 pub const PAPER_PAYLOAD: u32 = 1_442;
-/// Silent ticks before a RESEND in a simulation (see [`paper_config`]).
-pub const PAPER_RESEND_TICKS: u32 = 100;
+/// Silent ticks before a RESEND in a simulation (the paper's simulator had no RESEND; see
+/// [`paper_config`]).
+pub const SIM_RESEND_TICKS: u32 = 100;
 
 /// The degree of overcommitment (= scheduled priority levels) the paper used for a workload.
 pub fn paper_overcommit(workload: &str) -> Option<u8> {
@@ -43,10 +44,11 @@ pub fn paper_overcommit(workload: &str) -> Option<u8> {
 ///   with cutoffs from [`cutoffs_for_workload`];
 /// - `max_message_length` raised to the workload's longest message (the paper's simulator
 ///   had no limit; the module's is 1,000,000 bytes);
-/// - RESEND after 100 silent ticks (100 ms) instead of the module's 5: the paper's simulator
-///   had no loss recovery, and this fabric loses nothing unless given a buffer limit, so a
-///   RESEND can only duplicate data that waits in a queue behind higher priorities (W5's
-///   longest messages wait over 5 ms at 80 % load);
+/// - RESEND after 100 silent ticks (100 ms) instead of the module's 5, and RPCs timing out
+///   after 400 instead of 100 (`resend_interval` stays 5): the paper's simulator had no loss
+///   recovery, and this fabric loses nothing unless given a buffer limit, so a RESEND can only
+///   duplicate data that waits in a queue behind higher priorities (W5's longest messages
+///   wait over 5 ms at 80 % load);
 /// - generous memory limits (`wmem_max`, `max_rx_bytes`, peers), as a simulation only
 ///   measures the protocol.
 pub fn paper_config(
@@ -75,8 +77,8 @@ pub fn paper_config(
         max_peers: 1 << 20,
         max_rpcs_per_peer: 1 << 20,
         max_message_length: longest_message(workload),
-        resend_ticks: PAPER_RESEND_TICKS,
-        timeout_ticks: 4 * PAPER_RESEND_TICKS,
+        resend_ticks: SIM_RESEND_TICKS,
+        timeout_ticks: 4 * SIM_RESEND_TICKS,
         ..Config::default()
     };
     let unsched_levels = priorities.saturating_sub(sched_levels).max(1);

@@ -95,7 +95,7 @@ pub struct Progress {
 
 /// Message bytes without storage of their own: a prefix of one shared buffer of zeros.
 struct Zeros {
-    all: Arc<[u8]>,
+    all: Arc<Vec<u8>>,
     len: usize,
 }
 
@@ -107,14 +107,14 @@ impl AsRef<[u8]> for Zeros {
 
 /// Payloads of zeros by length, shared: a message costs a reference count, not an allocation.
 struct ZeroPayloads {
-    /// As long as the longest message (zeroed pages are only mapped in as they are read).
-    all: Arc<[u8]>,
+    /// As long as the longest message; allocated zeroed, so pages never written cost no memory.
+    all: Arc<Vec<u8>>,
     by_len: HashMap<u64, Arc<Zeros>, foldhash::fast::FixedState>,
 }
 
 impl ZeroPayloads {
     fn new(longest: u64) -> ZeroPayloads {
-        ZeroPayloads { all: vec![0; longest as usize].into(), by_len: HashMap::default() }
+        ZeroPayloads { all: Arc::new(vec![0; longest as usize]), by_len: HashMap::default() }
     }
 
     fn get(&mut self, len: u64) -> Payload {
