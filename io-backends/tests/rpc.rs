@@ -43,6 +43,20 @@ fn every_size_on_every_transport_ipv6() {
     }
 }
 
+#[test]
+fn a_raised_message_limit_carries_longer_messages() {
+    let config = Config { max_message_length: 3_000_000, ..patient() };
+    let builder = Socket::builder().config(config);
+    let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+    let echoer = echo(&server);
+    let client = builder.client(loopback_v4()).unwrap();
+    let message = pattern(2_500_000, 9);
+    let response = client.call(server.local_addr(), message.clone(), None).unwrap();
+    assert!(response == message, "2,500,000-byte echo differs");
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
 /// Homa's defaults give up on a peer after 100 ms of silence. A debug build on two shared
 /// cores can leave a thread unscheduled that long while 1,000 RPCs are in flight; these
 /// tests are about correctness, so they allow 2 s.
