@@ -86,7 +86,8 @@ fn cutoffs_for_workload(
     Ok(homa_sim::cutoffs_for_workload(&w, &c, levels).to_vec())
 }
 
-/// The largest message Homa carries (1,000,000 bytes).
+/// The largest message the Linux module carries (1,000,000 bytes), and the default
+/// `max_message_length`.
 const MAX_MESSAGE_LENGTH: u32 = homa_core::wire::MAX_MESSAGE_LENGTH;
 
 #[pymodule]

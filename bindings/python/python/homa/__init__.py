@@ -9,7 +9,8 @@
 - :mod:`homa.wire` decodes and encodes packets; :func:`cutoffs_for_workload` computes
   priority cutoffs from a message-size distribution.
 
-Messages are 1..1,000,000 bytes; sends take any bytes-like object without copying it;
+Messages are 1..1,000,000 bytes (the Linux module's limit; an ``Endpoint`` may raise it with
+``max_message_length``, for peers configured alike); sends take any bytes-like object without copying it;
 received messages are ``bytes``. Errors are :class:`HomaError` subclasses (see
 :mod:`homa._errors`)."""
 

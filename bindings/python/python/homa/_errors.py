@@ -55,7 +55,8 @@ class InvalidArgumentError(HomaError, ValueError):
 
 
 class MessageTooLargeError(InvalidArgumentError):
-    """A message longer than Homa's limit of 1,000,000 bytes."""
+    """A message longer than the endpoint's ``max_message_length`` (1,000,000 bytes, the
+    Linux module's limit, unless raised)."""
 
     kind = "message_length"
 

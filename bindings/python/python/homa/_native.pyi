@@ -116,7 +116,8 @@ Event: TypeAlias = RequestReceived | ResponseReceived | RpcFailed
 @final
 class Endpoint:
     """One host's Homa stack as a sans-IO state machine. Keyword arguments are ``Config``
-    fields (the Linux module's tunable names)."""
+    fields (named as the Linux module's tunables, plus limits such as
+    ``max_message_length``)."""
 
     def __new__(cls, **config: Any) -> Self: ...
     @property
