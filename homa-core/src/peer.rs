@@ -64,17 +64,16 @@ impl Peer {
     }
 
     /// Level for unscheduled bytes of a `length`-byte message to this peer: the highest
-    /// level below `num_priorities` whose cutoff admits it (`homa_unsched_priority`). A
-    /// cutoff of 1,000,000 admits any length (messages can be longer only where
-    /// `max_message_length` was raised).
+    /// level below `num_priorities` whose cutoff admits it (`homa_unsched_priority`).
     pub(crate) fn unsched_priority(&self, length: u32, num_priorities: u8) -> u8 {
-        let length = length.min(MAX_MESSAGE_LENGTH);
         (0..num_priorities).rev().find(|&i| self.cutoffs[usize::from(i)] >= length).unwrap_or(0)
     }
 
-    /// Stores new cutoffs from a CUTOFFS packet (entry 0 always means "anything").
+    /// Stores new cutoffs from a CUTOFFS packet. Entry 0, and any entry of 1,000,000 or more
+    /// (the module's largest message), mean "anything": stored as `i32::MAX`, they also admit
+    /// the longer messages of endpoints that raised `max_message_length`.
     pub(crate) fn set_cutoffs(&mut self, cutoffs: [u32; MAX_PRIORITIES as usize], version: u16) {
-        self.cutoffs = cutoffs;
+        self.cutoffs = cutoffs.map(|c| if c >= MAX_MESSAGE_LENGTH { i32::MAX as u32 } else { c });
         self.cutoffs[0] = i32::MAX as u32;
         self.cutoff_version = version;
     }
@@ -162,13 +161,14 @@ impl PeerTable {
 
     /// Forgets the least recently used idle peer. O(peers), only when the table is full.
     fn evict_idle(&mut self) -> Option<()> {
-        let id = self
+        let (id, addr) = self
             .index
             .values()
-            .copied()
-            .filter(|&id| self.get(id).is_idle())
-            .min_by_key(|&id| (self.get(id).last_used, id))?;
-        self.index.remove(&AddrKey::from(self.get(id).addr));
+            .map(|&id| (id, &self.slots[id as usize]))
+            .filter(|(_, p)| p.is_idle())
+            .min_by_key(|&(id, p)| (p.last_used, id))
+            .map(|(id, p)| (id, p.addr))?;
+        self.index.remove(&AddrKey::from(addr));
         self.free.push(id);
         Some(())
     }
