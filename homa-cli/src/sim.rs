@@ -153,9 +153,7 @@ impl Args {
         endpoint.max_overcommit = overcommit;
         endpoint.unsched_bytes = self.unsched_bytes;
         endpoint.window = self.window;
-        endpoint.resend_ticks = self.resend_ticks;
-        let module_timeout = homa_core::Config::default().timeout_ticks;
-        endpoint.timeout_ticks = module_timeout.max(self.resend_ticks.saturating_mul(4));
+        endpoint = homa_sim::with_resend_ticks(endpoint, self.resend_ticks);
         if self.unsched_bytes != homa_sim::PAPER_UNSCHED_BYTES {
             let unsched_levels = self.priorities - sched;
             endpoint.unsched_cutoffs =

@@ -77,10 +77,9 @@ pub fn paper_config(
         max_peers: 1 << 20,
         max_rpcs_per_peer: 1 << 20,
         max_message_length: longest_message(workload),
-        resend_ticks: SIM_RESEND_TICKS,
-        timeout_ticks: 4 * SIM_RESEND_TICKS,
         ..Config::default()
     };
+    let base = with_resend_ticks(base, SIM_RESEND_TICKS);
     let unsched_levels = priorities.saturating_sub(sched_levels).max(1);
     Config { unsched_cutoffs: cutoffs_for_workload(workload, &base, unsched_levels), ..base }
 }
@@ -88,8 +87,14 @@ pub fn paper_config(
 /// The `max_message_length` a simulation of `workload` needs: its longest message, and at
 /// least the module's limit (so that configurations stay alike where that suffices).
 fn longest_message(workload: &Workload) -> u32 {
-    let longest = workload.sizes().iter().copied().max().unwrap_or(1);
-    longest.clamp(u64::from(MAX_MESSAGE_LENGTH), i32::MAX as u64) as u32
+    workload.longest().clamp(u64::from(MAX_MESSAGE_LENGTH), i32::MAX as u64) as u32
+}
+
+/// `config` asking for missing data after `ticks` silent ticks, and giving an RPC up after
+/// four times as long, or the module's 100 ticks if that is longer.
+pub fn with_resend_ticks(config: Config, ticks: u32) -> Config {
+    let timeout_ticks = Config::default().timeout_ticks.max(ticks.saturating_mul(4));
+    Config { resend_ticks: ticks, timeout_ticks, ..config }
 }
 
 /// Message bytes in each DATA packet of a `len`-byte message, as the core packetises it: full

@@ -42,7 +42,7 @@ pub fn auto_bins(w: &Workload, share: f64) -> Vec<u64> {
             in_bin = 0.0;
         }
     }
-    let last = *w.sizes().last().expect("a workload has sizes");
+    let last = w.longest();
     if bounds.last() != Some(&last) {
         bounds.push(last);
     }

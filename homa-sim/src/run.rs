@@ -132,18 +132,16 @@ struct Msg {
     src: u32,
     dst: u32,
     size_index: u32,
-    size: u64,
     created: u64,
     measured: bool,
 }
 
-/// Work for a host other than the one whose event is being handled.
+/// Work for a host other than the one whose event is being handled: forget a one-way
+/// message's client RPC.
 #[derive(Debug, Clone, Copy)]
-enum Pending {
-    /// Hand a new message to its sender's endpoint.
-    Send(u32),
-    /// Forget a one-way message's client RPC.
-    Abort { host: u32, id: u64 },
+struct Abort {
+    host: u32,
+    id: u64,
 }
 
 /// The application at every host: it starts messages, answers or discards requests and
@@ -155,7 +153,7 @@ struct Driver {
     free: Vec<u32>,
     /// One-way mode: the message behind each (client host, client RPC id).
     by_rpc: HashMap<(u32, u64), u32, foldhash::fast::FixedState>,
-    pending: Vec<Pending>,
+    pending: Vec<Abort>,
     zeros: ZeroPayloads,
     stats: Stats,
     /// Per size index: idle-network time within a rack and across the spine, ns.
@@ -254,7 +252,7 @@ impl App for Driver {
                         let Some(client) = host_of(rpc.client) else { return };
                         let id = rpc.id ^ 1;
                         let Some(i) = self.by_rpc.remove(&(client as u32, id)) else { return };
-                        self.pending.push(Pending::Abort { host: client as u32, id });
+                        self.pending.push(Abort { host: client as u32, id });
                         self.delivered(now, i, len);
                     }
                 }
@@ -283,7 +281,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
     let topo = &cfg.topology;
     let hosts = topo.hosts;
     let w = &cfg.workload;
-    let longest = w.sizes().iter().copied().max().unwrap_or(1);
+    let longest = w.longest();
     let max = cfg.endpoint.max_message_length;
     if longest > u64::from(max) {
         return Err(format!(
@@ -429,11 +427,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             src: src as u32,
             dst: dst as u32,
             size_index: size_index as u32,
-            size: w.sizes()[size_index],
             created: t,
             measured,
         });
-        driver.pending.push(Pending::Send(i));
+        let (payload, port) = (driver.zeros.get(w.sizes()[size_index]), driver.client_port);
+        let result =
+            net.with_endpoint(src, &mut driver, |now, ep| send(now, ep, port, dst, payload, i));
+        driver.sent(i, src, result);
         flush(&mut net, &mut driver);
         next += exp(&mut rng);
     }
@@ -524,23 +524,11 @@ fn paced(len: u64, config: &Config) -> Vec<(u32, f64)> {
         .collect()
 }
 
-/// Does the hosts' deferred work: new messages, and one-way aborts.
+/// Does the hosts' deferred work: one-way aborts.
 fn flush(net: &mut Network, driver: &mut Driver) {
-    while let Some(p) = driver.pending.pop() {
-        match p {
-            Pending::Send(i) => {
-                let Some(m) = driver.msgs[i as usize] else { continue };
-                let (src, dst, port) = (m.src as usize, m.dst as usize, driver.client_port);
-                let payload = driver.zeros.get(m.size);
-                let result =
-                    net.with_endpoint(src, driver, |now, ep| send(now, ep, port, dst, payload, i));
-                driver.sent(i, src, result);
-            }
-            Pending::Abort { host, id } => {
-                net.with_endpoint(host as usize, driver, |_, ep| {
-                    let _ = ep.abort(id);
-                });
-            }
-        }
+    while let Some(Abort { host, id }) = driver.pending.pop() {
+        net.with_endpoint(host as usize, driver, |_, ep| {
+            let _ = ep.abort(id);
+        });
     }
 }

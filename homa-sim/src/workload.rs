@@ -141,6 +141,11 @@ impl Workload {
         &self.sizes
     }
 
+    /// The longest message.
+    pub fn longest(&self) -> u64 {
+        *self.sizes.last().expect("a workload has sizes")
+    }
+
     /// Probability of each size (the step heights).
     pub fn probabilities(&self) -> impl Iterator<Item = f64> + '_ {
         self.cum.iter().scan(0.0, |prev, &c| {

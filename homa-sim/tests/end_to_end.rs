@@ -1,7 +1,7 @@
 //! Small simulations end to end: sane slowdowns, the idle-network reference, long messages,
 //! request/response, finite buffers, and determinism.
 
-use homa_sim::{Mode, SimConfig, Stop, Workload, paper_config, run};
+use homa_sim::{Mode, SimConfig, Stop, Workload, paper_config, run, with_resend_ticks};
 
 /// 16 hosts in 2 racks of 8 under 2 spines: every path kind, small enough for debug builds.
 fn small(workload: Workload, load: f64, messages: u64) -> SimConfig {
@@ -79,8 +79,7 @@ fn finite_buffers_drop_and_messages_still_complete() {
     cfg.topology.buffer_bytes = Some(6_000);
     // Losses need the module's loss recovery (RESEND after 5 silent ticks), and ticks
     // shorter than 1 ms keep the test quick.
-    cfg.endpoint.resend_ticks = 5;
-    cfg.endpoint.timeout_ticks = 100;
+    cfg.endpoint = with_resend_ticks(cfg.endpoint, 5);
     cfg.endpoint.tick_usecs = 50;
     let report = run(&cfg, &mut |_| {}).unwrap();
     assert!(report.switch_drops > 0, "{}", report.table());
