@@ -33,8 +33,7 @@ impl ServerRpc {
     }
 
     fn __repr__(&self) -> String {
-        let c = self.0.client;
-        format!("ServerRpc(client=({:?}, {}), id={})", c.ip().to_string(), c.port(), self.0.id)
+        format!("ServerRpc(client={}, id={})", convert::addr_repr(self.0.client), self.0.id)
     }
 }
 
@@ -94,9 +93,8 @@ impl RequestReceived {
     fn __repr__(&self, py: Python<'_>) -> String {
         let rpc = self.rpc.get().0;
         format!(
-            "RequestReceived(client=({:?}, {}), id={}, port={}, client_port={}, message=<{} bytes>)",
-            rpc.client.ip().to_string(),
-            rpc.client.port(),
+            "RequestReceived(client={}, id={}, port={}, client_port={}, message=<{} bytes>)",
+            convert::addr_repr(rpc.client),
             rpc.id,
             self.port,
             self.client_port,

@@ -412,10 +412,9 @@ impl Request {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "<homa.Request id {} from ({:?}, {}), {} bytes>",
+            "<homa.Request id {} from {}, {} bytes>",
             self.id,
-            self.peer.ip().to_string(),
-            self.peer.port(),
+            convert::addr_repr(self.peer),
             self.message.bind(py).as_bytes().len()
         )
     }
