@@ -6,7 +6,7 @@ use homa_core::wire::{self, Body, PacketType, ack, header};
 use homa_core::{Config, Endpoint, Event, FailReason};
 
 mod common;
-use common::run_timers_until_idle;
+use common::{packet, run_timers_until_idle};
 
 /// Found by the `endpoint_packets` fuzz target (fuzz/regressions/endpoint_packets/
 /// ack-ends-client-rpc): an ACK whose header named one of our client RPCs (ACKs go from
@@ -25,10 +25,7 @@ fn an_ack_naming_a_client_rpc_does_not_end_it_silently() {
     for from in [stranger, server] {
         let h = header::Repr::new(PacketType::Ack, 99, port, wire::local_id(id));
         let body = Body::Ack(ack::Repr::new(&[]).unwrap());
-        let packet = wire::Repr { header: h, body };
-        let mut bytes = vec![0; packet.buffer_len()];
-        packet.emit(&mut bytes).unwrap();
-        ep.handle_packet(1000, from, &bytes).unwrap();
+        ep.handle_packet(1000, from, &packet(h, body)).unwrap();
         assert_eq!(ep.rpc_count(), 1, "the ACK from {from} ended the call");
     }
     // The call still ends the way calls end: here, with a timeout event.

@@ -1,17 +1,13 @@
 //! A server receiving a request times out when the data it asks for never comes, even while
 //! the client keeps asking for the response.
 
+mod common;
+
 use std::net::SocketAddr;
 
-use homa_core::wire::{self, Ack, Body, PacketType, data, header, resend};
+use common::{packet, request_data};
+use homa_core::wire::{self, Body, PacketType, header, resend};
 use homa_core::{Config, Endpoint};
-
-fn packet(h: header::Repr, body: Body<'_>) -> Vec<u8> {
-    let p = wire::Repr { header: h, body };
-    let mut bytes = vec![0; p.buffer_len()];
-    p.emit(&mut bytes).unwrap();
-    bytes
-}
 
 /// Found by the `endpoint_pair` fuzz target (fuzz/regressions/endpoint_pair/
 /// resend-busy-livelock): a request's first packet arrived with a damaged source port, so the
@@ -25,19 +21,7 @@ fn a_receiving_server_is_not_kept_alive_by_the_clients_resends() {
     let mut ep = Endpoint::new(config.clone()).unwrap();
     ep.bind(99).unwrap();
     let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    let mut h = header::Repr::new(PacketType::Data, 40_000, 99, 100);
-    let first = data::Repr {
-        message_length: 200_000,
-        incoming: 40_000,
-        ack: Ack::NONE,
-        cutoff_version: config.cutoff_version,
-        retransmit: 0,
-        pad: [0; 3],
-        seg_offset: 0,
-    };
-    h.sequence = 0;
-    ep.handle_packet(0, client, &packet(h, Body::Data { repr: first, payload: &[1; 1424] }))
-        .unwrap();
+    ep.handle_packet(0, client, &request_data(200_000, 40_000, 0, 1424)).unwrap();
     let ask = header::Repr::new(PacketType::Resend, 40_000, 99, 100);
     let all = resend::Repr { offset: 0, length: resend::ALL_SENT, priority: 7 };
     let mut buf = vec![0; config.max_packet_len()];

@@ -116,10 +116,14 @@ pub(crate) fn request_data(length: u32, incoming: u32, offset: u32, len: usize) 
         pad: [0; 3],
         seg_offset: offset,
     };
-    let payload = vec![7; len];
-    let packet = wire::Repr { header: h, body: Body::Data { repr, payload: &payload } };
-    let mut bytes = vec![0; packet.buffer_len()];
-    packet.emit(&mut bytes).unwrap();
+    packet(h, Body::Data { repr, payload: &vec![7; len] })
+}
+
+/// The bytes of a packet with header `h` and `body`.
+pub(crate) fn packet(h: header::Repr, body: Body<'_>) -> Vec<u8> {
+    let p = wire::Repr { header: h, body };
+    let mut bytes = vec![0; p.buffer_len()];
+    p.emit(&mut bytes).unwrap();
     bytes
 }
 
