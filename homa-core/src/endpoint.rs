@@ -7,9 +7,9 @@ use core::net::SocketAddr;
 use crate::config::{Config, ConfigError, ETH_OVERHEAD};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, type_index};
-use crate::msg::Payload;
 use crate::msg::incoming::{InMessage, Rejected};
 use crate::msg::outgoing::OutMessage;
+use crate::msg::{Payload, PayloadSlice};
 use crate::peer::{PeerId, PeerTable};
 use crate::rpc::{Hasher, Rpc, RpcRef, RpcTable, State, TimerState};
 use crate::sched::grant::{GrantCx, Grants};
@@ -375,23 +375,45 @@ impl Endpoint {
     /// Writes the next packet into `buf` and says where it goes. `buf` must hold
     /// [`Config::max_packet_len`] bytes; returns `None` when nothing may be sent now.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.transmit(now, buf, false).map(|(t, _)| t)
+    }
+
+    /// As [`poll_transmit`](Endpoint::poll_transmit), but a DATA packet of a message longer
+    /// than one packet leaves its message bytes out: `buf[..len]` gets the headers, and the
+    /// returned slice is the rest of the packet (for a vectored send, without a copy).
+    /// Other packets are written whole.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+        self.transmit(now, buf, true)
+    }
+
+    /// The next packet; with `gather`, see `poll_transmit_gather`.
+    fn transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadSlice>)> {
         self.advance(now);
         if buf.len() < self.config.max_packet_len() {
             return None;
         }
         if let Some(c) = self.tx.control.pop_front() {
-            return Some(self.emit_control(c, buf));
+            return Some((self.emit_control(c, buf), None));
         }
         while let Some(&r) = self.tx.resends.front() {
-            if let Some(t) = self.emit_resend(r, buf) {
-                return Some(t);
+            if let Some(sent) = self.emit_resend(r, buf, gather) {
+                return Some(sent);
             }
             self.tx.resends.pop_front();
             if let Some(x) = self.rpcs.get_mut(r) {
                 x.resend_queued = false;
             }
         }
-        self.emit_new_data(buf)
+        self.emit_new_data(buf, gather)
     }
 
     fn emit_control(&mut self, c: Control, buf: &mut [u8]) -> Transmit {
@@ -421,18 +443,27 @@ impl Endpoint {
     }
 
     /// Writes the next retransmitted packet of `r`, if it has one.
-    fn emit_resend(&mut self, r: RpcRef, buf: &mut [u8]) -> Option<Transmit> {
+    fn emit_resend(
+        &mut self,
+        r: RpcRef,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadSlice>)> {
         let max_payload = self.max_payload;
         let x = self.rpcs.get_mut(r)?;
         let m = x.msgout.as_mut()?;
         let (start, end, range) = m.next_resend(max_payload)?;
         self.metrics.retransmitted_packets += 1;
-        self.emit_data(r, start, end, range.end, range.priority, true, buf)
+        self.emit_data(r, start, end, range.end, range.priority, true, buf, gather)
     }
 
     /// Picks the message for the next new DATA packet (SRPT, with the FIFO share) and sends
     /// one packet of it, if the pacer allows.
-    fn emit_new_data(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+    fn emit_new_data(
+        &mut self,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadSlice>)> {
         let top = self.peek_sendable()?;
         let deferrable = top.bytes_left > self.config.defer_min_bytes;
         if deferrable && !self.tx.pacer.may_send(self.now) {
@@ -452,7 +483,7 @@ impl Endpoint {
             m.sched_priority
         };
         let incoming = m.unscheduled;
-        let t = self.emit_data(key.rpc, start, end, incoming, priority, false, buf)?;
+        let sent = self.emit_data(key.rpc, start, end, incoming, priority, false, buf, gather)?;
         self.metrics.message_bytes_out += u64::from(end - start);
         let x = self.rpcs.get_mut(key.rpc)?;
         let m = x.msgout.as_mut()?;
@@ -474,7 +505,7 @@ impl Endpoint {
             self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
         }
         self.refresh_worry(key.rpc);
-        Some(t)
+        Some(sent)
     }
 
     /// The SRPT head, after discarding stale entries. O(1) amortised.
@@ -516,7 +547,10 @@ impl Endpoint {
             .min_by_key(|k| (k.birth, k.rpc))
     }
 
-    /// Writes one DATA packet for bytes [start, end) of `r`'s outgoing message.
+    /// Writes one DATA packet for bytes [start, end) of `r`'s outgoing message: whole,
+    /// unless `gather` and the message is longer than one packet (for one packet a copy
+    /// costs less than sharing its bytes): then its headers, with those bytes as the
+    /// returned slice.
     #[allow(clippy::too_many_arguments)]
     fn emit_data(
         &mut self,
@@ -527,15 +561,14 @@ impl Endpoint {
         priority: u8,
         retransmit: bool,
         buf: &mut [u8],
-    ) -> Option<Transmit> {
-        let x = self.rpcs.get(r)?;
-        let m = x.msgout.as_ref()?;
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+        let x = self.rpcs.get_mut(r)?;
+        let m = x.msgout.as_mut()?;
         let peer = self.peers.get_mut(x.peer);
         let mut acks = [Ack::NONE; MAX_ACKS];
         let ack = if peer.take_acks(1, &mut acks) == 1 { acks[0] } else { Ack::NONE };
-        let payload = &m.payload.as_slice()[start as usize..end as usize];
-        let len = data::HEADER_LEN + payload.len();
-        let out = &mut buf[..len];
+        let out = &mut buf[..data::HEADER_LEN];
         let mut header = header::Repr::new(PacketType::Data, x.local_port, x.remote_port, x.id);
         header.sequence = start;
         header.emit(PacketType::Data, &mut header::Packet::new_unchecked(&mut *out));
@@ -548,14 +581,20 @@ impl Endpoint {
             pad: [0; 3],
             seg_offset: start,
         };
-        let mut packet = data::Packet::new_unchecked(out);
-        fields.emit(&mut packet);
-        packet.payload_mut().copy_from_slice(payload);
+        fields.emit(&mut data::Packet::new_unchecked(out));
+        let len = data::HEADER_LEN + (end - start) as usize;
+        let (written, payload) = if !gather || m.length <= self.max_payload {
+            buf[data::HEADER_LEN..len]
+                .copy_from_slice(&m.payload.as_slice()[start as usize..end as usize]);
+            (len, None)
+        } else {
+            (data::HEADER_LEN, Some(PayloadSlice::new(&mut m.payload, start, end)))
+        };
         let to = x.addr;
         let wire_bytes = (len as u32) + self.config.outer_header_bytes + ETH_OVERHEAD;
         self.tx.pacer.record(self.now, self.config.wire_time(wire_bytes));
         self.count_out(PacketType::Data, len);
-        Some(Transmit { to, len, priority })
+        Some((Transmit { to, len: written, priority }, payload))
     }
 
     fn count_out(&mut self, t: PacketType, len: usize) {

@@ -95,5 +95,5 @@ pub use config::{Config, ConfigError};
 pub use endpoint::{Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, ServerRpc, Transmit};
 pub use error::ApiError;
 pub use metrics::Metrics;
-pub use msg::Payload;
+pub use msg::{Payload, PayloadSlice};
 pub use time::Instant;

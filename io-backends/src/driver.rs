@@ -1013,8 +1013,9 @@ impl Inner {
     /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
     /// when full) and every event.
     fn drain(&mut self, now: Instant) {
-        while let Some(t) = self.endpoint.poll_transmit(now, self.tx.next_slot()) {
-            self.tx.push(Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 });
+        while let Some((t, tail)) = self.endpoint.poll_transmit_gather(now, self.tx.next_slot()) {
+            let d = Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 };
+            self.tx.push_gather(d, tail);
             if self.tx.is_full() {
                 self.flush();
             }

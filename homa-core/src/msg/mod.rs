@@ -3,4 +3,4 @@
 pub(crate) mod incoming;
 pub(crate) mod outgoing;
 
-pub use outgoing::Payload;
+pub use outgoing::{Payload, PayloadSlice};

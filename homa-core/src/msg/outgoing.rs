@@ -7,20 +7,22 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::fmt;
+use core::{fmt, mem};
 
 /// The bytes of a message to send. Built from a `Vec<u8>` (moved, not copied) or from any
 /// shared buffer, so bindings can send their language's buffers without copying them.
 pub struct Payload(PayloadBytes);
 
+type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 enum PayloadBytes {
     Owned(Vec<u8>),
-    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
+    Shared(SharedBytes),
 }
 
 impl Payload {
     /// Wraps a shared buffer (e.g. one a Python or JS object keeps alive).
-    pub fn shared(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Payload {
+    pub fn shared(bytes: SharedBytes) -> Payload {
         Payload(PayloadBytes::Shared(bytes))
     }
 
@@ -39,6 +41,16 @@ impl Payload {
     pub fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
+
+    /// The bytes as a shared buffer (an owned vector moves into one, without a copy).
+    fn share(&mut self) -> SharedBytes {
+        let shared: SharedBytes = match &mut self.0 {
+            PayloadBytes::Shared(s) => return Arc::clone(s),
+            PayloadBytes::Owned(v) => Arc::new(mem::take(v)),
+        };
+        self.0 = PayloadBytes::Shared(Arc::clone(&shared));
+        shared
+    }
 }
 
 impl From<Vec<u8>> for Payload {
@@ -56,6 +68,41 @@ impl From<&[u8]> for Payload {
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Payload({} bytes)", self.len())
+    }
+}
+
+/// Bytes of a message that a DATA packet carries, left out of the buffer by
+/// [`Endpoint::poll_transmit_gather`](crate::Endpoint::poll_transmit_gather): the packet
+/// is the buffer's bytes followed by these. Keeps the message's bytes alive.
+#[derive(Clone)]
+pub struct PayloadSlice {
+    bytes: SharedBytes,
+    start: usize,
+    end: usize,
+}
+
+impl PayloadSlice {
+    /// Bytes [start, end) of `payload`.
+    pub(crate) fn new(payload: &mut Payload, start: u32, end: u32) -> PayloadSlice {
+        PayloadSlice { bytes: payload.share(), start: start as usize, end: end as usize }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &(*self.bytes).as_ref()[self.start..self.end]
+    }
+
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+impl fmt::Debug for PayloadSlice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PayloadSlice({}..{})", self.start, self.end)
     }
 }
 

@@ -2,6 +2,7 @@
 //! driver uses; [`SocketTransport`] implements it over UDP or raw IP protocol 146 with
 //! `sendmmsg`/`recvmmsg`, and [`UringTransport`] over the same sockets with io_uring.
 
+use homa_core::PayloadSlice;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -113,7 +114,7 @@ pub struct Datagram {
     /// Destination (sending) or source (receiving), as a transport address: for raw IP the
     /// port is 0.
     pub addr: SocketAddr,
-    /// Bytes in the datagram's slot.
+    /// Bytes in the datagram's slot (sending: a [`tail`](Batch::tail) may follow them).
     pub len: usize,
     /// Homa priority 0..=7 (sending only); becomes TOS / traffic class
     /// [`homa_core::wire::tos_for_priority`].
@@ -135,7 +136,9 @@ impl Datagram {
 
 /// Fixed-size slots for up to `capacity` datagrams, filled in order, reused across batches.
 /// Sending: write a packet into [`next_slot`](Batch::next_slot), then [`push`](Batch::push)
-/// its description. Receiving: the transport does the same with what arrived.
+/// its description, or [`push_gather`](Batch::push_gather) it with the message bytes
+/// that follow (a vectored send, without copying them). Receiving: the transport does the
+/// same with what arrived.
 ///
 /// The first slot starts on a page boundary (and so does every slot whose length is a
 /// multiple of 64, e.g. [`RECV_SLOT_LEN`]): the kernel copies a received datagram into a
@@ -147,6 +150,8 @@ pub struct Batch {
     base: usize,
     slot_len: usize,
     items: Vec<Datagram>,
+    /// Per datagram, the bytes that follow its slot's (sending only).
+    tails: Vec<Option<PayloadSlice>>,
 }
 
 /// Alignment of a batch's first slot.
@@ -158,7 +163,8 @@ impl Batch {
         let len = capacity * slot_len;
         let buf = vec![0; len + if len == 0 { 0 } else { BATCH_ALIGN }];
         let base = if len == 0 { 0 } else { buf.as_ptr().align_offset(BATCH_ALIGN) };
-        Batch { buf, base, slot_len, items: Vec::with_capacity(capacity) }
+        let (items, tails) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
+        Batch { buf, base, slot_len, items, tails }
     }
 
     pub fn capacity(&self) -> usize {
@@ -183,6 +189,7 @@ impl Batch {
 
     pub fn clear(&mut self) {
         self.items.clear();
+        self.tails.clear();
     }
 
     /// The slot the next [`push`](Batch::push) describes. Panics if the batch is full.
@@ -201,8 +208,25 @@ impl Batch {
     /// Appends the datagram whose bytes are in the next slot. Panics if full or if
     /// `d.len > slot_len`.
     pub fn push(&mut self, d: Datagram) {
+        self.push_gather(d, None);
+    }
+
+    /// Appends the datagram whose first `d.len` bytes are in the next slot and whose rest
+    /// is `tail`. Panics if full or if `d.len > slot_len`.
+    pub fn push_gather(&mut self, d: Datagram, tail: Option<PayloadSlice>) {
         assert!(!self.is_full() && d.len <= self.slot_len, "batch overflow");
         self.items.push(d);
+        self.tails.push(tail);
+    }
+
+    /// The bytes datagram `i` carries after its slot's, if any.
+    pub fn tail(&self, i: usize) -> Option<&PayloadSlice> {
+        self.tails[i].as_ref()
+    }
+
+    /// The whole length of datagram `i`: its slot's bytes and its tail.
+    pub fn datagram_len(&self, i: usize) -> usize {
+        self.items[i].len + self.tails[i].as_ref().map_or(0, PayloadSlice::len)
     }
 
     /// Moves `len` bytes at `offset` in slot `src` to the start of slot `dst`.
@@ -213,15 +237,7 @@ impl Batch {
         }
     }
 
-    /// The bytes of datagrams `first..first + count`, which lie back to back when all
-    /// but the last fill their slots.
-    pub(crate) fn run_bytes(&self, first: usize, count: usize) -> &[u8] {
-        let (last, _) = self.get(first + count - 1);
-        let start = self.base + first * self.slot_len;
-        &self.buf[start..start + (count - 1) * self.slot_len + last.len]
-    }
-
-    /// Datagram `i` and its bytes.
+    /// Datagram `i` and the bytes in its slot.
     pub fn get(&self, i: usize) -> (Datagram, &[u8]) {
         let d = self.items[i];
         let start = self.base + i * self.slot_len;
@@ -384,14 +400,23 @@ mod tests {
     }
 
     #[test]
-    fn full_datagrams_to_one_peer_lie_back_to_back() {
-        let mut b = Batch::new(4, 3);
+    fn gathered_datagrams_keep_their_tails_until_cleared() {
+        let mut b = Batch::new(2, 8);
         let a: SocketAddr = "1.2.3.4:5".parse().unwrap();
-        for (len, fill) in [(3, 1), (3, 2), (2, 3)] {
-            b.next_slot()[..len].fill(fill);
-            b.push(Datagram { addr: a, len, priority: 1, segment: 0 });
-        }
-        assert_eq!(b.run_bytes(0, 3), [1, 1, 1, 2, 2, 2, 3, 3]);
-        assert_eq!(b.get(2).1, [3, 3]);
+        let mut ep = homa_core::Endpoint::new(homa_core::Config::default()).unwrap();
+        let port = ep.bind_ephemeral().unwrap();
+        ep.send_request(0, port, a, 1, vec![9; 5000], 0).unwrap();
+        let mut head = vec![0; ep.config().max_packet_len()];
+        let (t, tail) = ep.poll_transmit_gather(0, &mut head).unwrap();
+        b.next_slot()[..3].fill(1);
+        b.push_gather(Datagram { addr: a, len: 3, priority: 1, segment: 0 }, tail);
+        b.next_slot()[..2].fill(2);
+        b.push(Datagram { addr: a, len: 2, priority: 1, segment: 0 });
+        assert_eq!((b.get(0).1, b.tail(0).unwrap().as_slice()), (&[1, 1, 1][..], &[9; 1424][..]));
+        assert_eq!((b.datagram_len(0), b.datagram_len(1)), (1427, 2));
+        assert!(b.tail(1).is_none());
+        assert_eq!(t.len, homa_core::wire::data::HEADER_LEN);
+        b.clear();
+        assert!(b.is_empty());
     }
 }

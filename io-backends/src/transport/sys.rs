@@ -154,12 +154,14 @@ pub(super) struct MmsgScratch {
 unsafe impl Send for MmsgScratch {}
 
 impl MmsgScratch {
+    /// Room for `n` messages (receiving) or `n` datagrams (sending: two iovecs each, the
+    /// slot's bytes and the tail).
     pub(super) fn new(n: usize) -> MmsgScratch {
         // SAFETY: all-zero bytes are valid for these plain C structs.
         let (hdr, iov, name) = unsafe { (mem::zeroed(), mem::zeroed(), mem::zeroed()) };
         MmsgScratch {
             hdrs: vec![hdr; n],
-            iovs: vec![iov; n],
+            iovs: vec![iov; 2 * n],
             names: vec![name; n],
             cmsgs: vec![CmsgBuf::ZERO; n],
             runs: vec![(0, 0); n],
@@ -214,10 +216,10 @@ pub(super) struct Reports<'a> {
     pub(super) raw: bool,
 }
 
-/// Sends `batch` with `sendmmsg` and clears it. With `gso`, runs of full-size datagrams
-/// to one peer at one priority go as one UDP GSO message (they lie back to back in the
-/// batch, so one iovec covers them); if the kernel refuses that, `gso` is turned off and
-/// they go one by one. A refused datagram is dropped and counted; if its destination is
+/// Sends `batch` with `sendmmsg` and clears it; each datagram is its slot's bytes and its
+/// tail (two iovecs). With `gso`, runs of full-size datagrams to one peer at one priority
+/// go as one UDP GSO message; if the kernel refuses that, `gso` is turned off and they go
+/// one by one. A refused datagram is dropped and counted; if its destination is
 /// unreachable it is reported. A pending socket error (an ICMP error about an earlier
 /// packet) is read from the error queue and the message is retried once.
 pub(super) fn send_batch(
@@ -243,9 +245,9 @@ fn run_len(batch: &Batch, first: usize) -> usize {
     let mut n = 1;
     while first + n < batch.len() && n < max {
         // Every segment but the last must be full.
-        let (prev, _) = batch.get(first + n - 1);
         let (d, _) = batch.get(first + n);
-        if prev.len != batch.slot_len() || d.addr != head.addr || d.priority != head.priority {
+        let full = batch.datagram_len(first + n - 1) == batch.slot_len();
+        if !full || d.addr != head.addr || d.priority != head.priority {
             break;
         }
         n += 1;
@@ -264,19 +266,30 @@ fn send_some(
     s: &mut MmsgScratch,
     r: &mut Reports<'_>,
 ) -> io::Result<usize> {
-    let (mut n, mut k) = (0, first);
+    let (mut n, mut k, mut v) = (0, first, 0);
     while n < s.hdrs.len() && k < batch.len() {
-        let count = if *gso { run_len(batch, k) } else { 1 };
+        // Two iovecs a datagram: its slot's bytes, and its tail if it has one.
+        let room = (s.iovs.len() - v) / 2;
+        let count = if *gso { run_len(batch, k) } else { 1 }.min(room);
+        if count == 0 {
+            break;
+        }
+        let first_iov = v;
+        for j in k..k + count {
+            s.iovs[v] = iovec(batch.get(j).1);
+            v += 1;
+            if let Some(tail) = batch.tail(j) {
+                s.iovs[v] = iovec(tail.as_slice());
+                v += 1;
+            }
+        }
         let (d, _) = batch.get(k);
-        let bytes = batch.run_bytes(k, count);
         let namelen = write_sockaddr(d.addr, &mut s.names[n]);
-        s.iovs[n] =
-            libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() };
         let msg = &mut s.hdrs[n].msg_hdr;
         msg.msg_name = ptr::from_mut(&mut s.names[n]).cast();
         msg.msg_namelen = namelen;
-        msg.msg_iov = &raw mut s.iovs[n];
-        msg.msg_iovlen = 1;
+        msg.msg_iov = &raw mut s.iovs[first_iov];
+        msg.msg_iovlen = v - first_iov;
         msg.msg_control = s.cmsgs[n].0.as_mut_ptr().cast();
         msg.msg_flags = 0;
         let segment = (count > 1).then_some(batch.slot_len() as u16);
@@ -289,14 +302,14 @@ fn send_some(
     }
     let (mut i, mut retried) = (0, false);
     while i < n {
-        // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch`) and control
-        // buffers set up above; the kernel only reads them. One message goes with
-        // sendmsg (or sendto, without control data), which cost the kernel less than a
-        // batch of one.
+        // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch` and its tails)
+        // and control buffers set up above; the kernel only reads them. One message goes
+        // with sendmsg (or sendto, in one piece without control data), which cost the
+        // kernel less than a batch of one.
         let sent = unsafe {
             if n - i == 1 {
                 let h = &s.hdrs[i].msg_hdr;
-                let rc = if h.msg_controllen == 0 {
+                let rc = if h.msg_controllen == 0 && h.msg_iovlen <= 1 {
                     let iov = &*h.msg_iov;
                     let name = h.msg_name.cast::<libc::sockaddr>();
                     libc::sendto(
@@ -352,6 +365,11 @@ fn send_some(
         }
     }
     Ok(k)
+}
+
+/// An iovec the kernel reads `bytes` from.
+pub(super) fn iovec(bytes: &[u8]) -> libc::iovec {
+    libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() }
 }
 
 /// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.

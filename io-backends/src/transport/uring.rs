@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr;
 
+use homa_core::PayloadSlice;
 use io_uring::{IoUring, Probe, opcode, squeue, types};
 
 use super::socket::{BATCH, SocketTransport};
@@ -36,11 +37,13 @@ struct RecvSlot {
     done: Option<i32>,
 }
 
-/// One `sendmsg` in flight (or free): a copy of the datagram and its headers.
+/// One `sendmsg` in flight (or free): a copy of the datagram's slot, its tail (kept alive
+/// until the kernel is done with it) and its headers.
 struct SendSlot {
     buf: Vec<u8>,
+    tail: Option<PayloadSlice>,
     name: libc::sockaddr_storage,
-    iov: libc::iovec,
+    iovs: [libc::iovec; 2],
     msg: libc::msghdr,
     cmsg: CmsgBuf,
     to: SocketAddr,
@@ -119,7 +122,8 @@ impl UringTransport {
             .map(|_| {
                 let (name, iov, msg) = zero();
                 let to = socket.local;
-                SendSlot { buf: Vec::new(), name, iov, msg, cmsg: CmsgBuf::ZERO, to }
+                let iovs = [iov; 2];
+                SendSlot { buf: Vec::new(), tail: None, name, iovs, msg, cmsg: CmsgBuf::ZERO, to }
             })
             .collect();
         let mut ring = Ring {
@@ -189,6 +193,7 @@ impl Ring {
             }
             if tag & SEND != 0 {
                 let i = (tag & !SEND) as usize;
+                self.send[i].tail = None; // the message's bytes may go
                 self.free_send.push(i);
                 sends.push((i, res));
             } else {
@@ -290,11 +295,13 @@ impl Transport for UringTransport {
             s.buf.clear();
             s.buf.extend_from_slice(bytes);
             s.to = d.addr;
-            s.iov = libc::iovec { iov_base: s.buf.as_mut_ptr().cast(), iov_len: s.buf.len() };
+            s.tail = batch.tail(k).cloned();
+            s.iovs[0] = sys::iovec(&s.buf);
+            s.iovs[1] = sys::iovec(s.tail.as_ref().map_or(&[], PayloadSlice::as_slice));
             s.msg.msg_namelen = sys::write_sockaddr(d.addr, &mut s.name);
             s.msg.msg_name = ptr::from_mut(&mut s.name).cast();
-            s.msg.msg_iov = &raw mut s.iov;
-            s.msg.msg_iovlen = 1;
+            s.msg.msg_iov = s.iovs.as_mut_ptr();
+            s.msg.msg_iovlen = 1 + usize::from(s.tail.is_some());
             s.msg.msg_control = s.cmsg.0.as_mut_ptr().cast();
             // SAFETY: msg_control points to the slot's own 8-aligned buffer.
             unsafe { sys::set_cmsgs(&mut s.msg, v6, d.priority, None) };
