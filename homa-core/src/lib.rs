@@ -12,8 +12,9 @@
 //! The caller owns the socket and the clock. Inputs are [`Endpoint::handle_packet`],
 //! [`Endpoint::handle_timeout`] and the API calls (`send_request`, `send_response`, `abort`,
 //! `bind`, ...); each takes the current time as an [`Instant`] (nanoseconds from any origin).
-//! Outputs are packets ([`Endpoint::poll_transmit`]), events ([`Endpoint::poll_event`]) and a
-//! deadline ([`Endpoint::poll_timeout`]). The rule:
+//! Outputs are packets ([`Endpoint::poll_transmit`], or [`Endpoint::poll_transmit_gather`]
+//! for a vectored send that leaves long messages' bytes where they are), events
+//! ([`Endpoint::poll_event`]) and a deadline ([`Endpoint::poll_timeout`]). The rule:
 //!
 //! 1. after **any** input, call `poll_transmit` until it returns `None` and `poll_event`
 //!    until it returns `None`;
