@@ -882,7 +882,6 @@ impl Endpoint {
         }
     }
 
-    /// Runs `f` on the grant scheduler with the state it reads and writes.
     /// Runs `f` on the grant scheduler with the state it reads and writes; afterwards every
     /// message granted to is owed data, so its loss timer starts.
     fn grant_cx(&mut self, f: impl FnOnce(&mut Grants, &mut GrantCx<'_>)) {

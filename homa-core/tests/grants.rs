@@ -39,3 +39,36 @@ fn no_grant_repeats_an_offset_once_the_message_is_fully_granted() {
     assert!(grants.iter().all(|&(received, granted)| granted == (received + 10_000).min(length)));
     assert_eq!(ep.metrics().requests_received, 1);
 }
+
+/// A receiver that handles several DATA packets of a message before draining (homa-io
+/// feeds a whole receive batch) sends one GRANT for them, with the offset and level that
+/// GRANTs after each packet would have ended at.
+#[test]
+fn a_batch_of_data_draws_one_grant_per_message() {
+    let config = Config { grant_fifo_fraction: 0, ..Config::default() };
+    let from: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    let mut buf = vec![0; config.max_packet_len()];
+    let mut grants = |ep: &mut Endpoint| {
+        let mut out = Vec::new();
+        while let Some(t) = ep.poll_transmit(0, &mut buf) {
+            if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
+                out.push((g.offset, g.priority));
+            }
+        }
+        out
+    };
+    let (mut each, mut batched) =
+        (Endpoint::new(config.clone()).unwrap(), Endpoint::new(config.clone()).unwrap());
+    each.bind(99).unwrap();
+    batched.bind(99).unwrap();
+    let payload = config.max_payload();
+    let (mut per_packet, length) = (Vec::new(), 1_000_000);
+    for i in 0..6 {
+        let data = request_data(length, 40_000, i * payload, payload as usize);
+        each.handle_packet(0, from, &data).unwrap();
+        per_packet.extend(grants(&mut each));
+        batched.handle_packet(0, from, &data).unwrap();
+    }
+    assert_eq!(per_packet.len(), 6, "a GRANT per DATA packet when drained each time");
+    assert_eq!(grants(&mut batched), [*per_packet.last().unwrap()]);
+}

@@ -976,10 +976,10 @@ impl Inner {
         got
     }
 
-    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits), draining
-    /// its output after each packet but the last (the caller settles next, which drains).
+    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits), then
+    /// drains its output once: the endpoint answers the whole batch together (one GRANT per
+    /// message, not one per DATA packet; the DATA that GRANTs allow, in runs).
     fn feed(&mut self, now: Instant, rx: &Batch) {
-        let mut pending = false;
         for i in 0..rx.len() {
             let (d, bytes) = rx.get(i);
             if !self.allowed(d.addr) {
@@ -987,14 +987,11 @@ impl Inner {
                 continue;
             }
             for packet in d.packets(bytes) {
-                if mem::take(&mut pending) {
-                    self.drain(now);
-                }
                 // Malformed packets are counted by the endpoint; nothing else to do.
                 let _ = self.endpoint.handle_packet(now, d.addr, packet);
-                pending = true;
             }
         }
+        self.drain(now);
     }
 
     /// The transport's counters, with what the waiter received.

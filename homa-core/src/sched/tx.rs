@@ -16,6 +16,9 @@ use crate::rpc::RpcRef;
 use crate::time::Duration;
 use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
 
+/// How far back in the control queue a new GRANT looks for one to merge with.
+const GRANT_MERGE_DEPTH: usize = 16;
+
 /// A control packet waiting to be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Control {
@@ -101,8 +104,26 @@ impl TxQueues {
         }
     }
 
-    /// Queues a control packet unless `limit` are already waiting; false if dropped.
+    /// Queues a control packet unless `limit` are already waiting; false if dropped. A
+    /// GRANT whose RPC's latest queued GRANT (among the last `GRANT_MERGE_DEPTH` controls)
+    /// has the same level raises that one's offset instead: grants are cumulative, so the peer ends up
+    /// where both would have left it, with one packet (a caller that handles a batch of
+    /// DATA before draining sends one GRANT per message, not one per packet). A GRANT at
+    /// another level (a FIFO grant, a new rank) goes as its own packet, as in the module.
     pub(crate) fn push_control(&mut self, control: Control, limit: u32) -> bool {
+        if let ControlBody::Grant { offset, priority } = control.body {
+            let ours = |c: &&mut Control| {
+                matches!(c.body, ControlBody::Grant { .. })
+                    && (c.id, c.to, c.dport) == (control.id, control.to, control.dport)
+            };
+            let latest = self.control.iter_mut().rev().take(GRANT_MERGE_DEPTH).find(ours);
+            if let Some(queued) = latest
+                && matches!(queued.body, ControlBody::Grant { priority: p, .. } if p == priority)
+            {
+                queued.body = ControlBody::Grant { offset, priority };
+                return true;
+            }
+        }
         if self.control.len() >= limit as usize {
             return false;
         }
@@ -144,6 +165,7 @@ impl TxQueues {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     #[test]
     fn pacer_allows_a_bounded_backlog() {
@@ -158,6 +180,35 @@ mod tests {
         // An idle link does not bank credit.
         p.record(100_000, 1_000);
         assert_eq!(p.next_slot(), 96_000);
+    }
+
+    #[test]
+    fn a_grant_merges_into_its_rpcs_latest_queued_grant_at_the_same_level() {
+        let a: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+        let grant = |id, offset, priority| Control {
+            to: a,
+            sport: 99,
+            dport: 4000,
+            id,
+            body: ControlBody::Grant { offset, priority },
+        };
+        let mut q = TxQueues::new(0, 50);
+        let pushes = [
+            grant(1, 10, 3),
+            grant(3, 10, 3), // another RPC
+            grant(1, 20, 3), // merges into the first
+            Control { body: ControlBody::Busy, ..grant(1, 0, 0) },
+            grant(1, 30, 6), // another level: its own packet
+            grant(1, 40, 3), // the latest is at level 6: no merge past it
+            grant(1, 50, 3), // merges into the one before
+        ];
+        for c in pushes {
+            assert!(q.push_control(c, 100));
+        }
+        let sent: Vec<ControlBody> = q.control.iter().map(|c| c.body).collect();
+        let g = |offset, priority| ControlBody::Grant { offset, priority };
+        assert_eq!(sent, [g(20, 3), g(10, 3), ControlBody::Busy, g(30, 6), g(50, 3)]);
+        assert_eq!(q.control.iter().map(|c| c.id).collect::<Vec<_>>(), [1, 3, 1, 1, 1]);
     }
 
     #[test]
