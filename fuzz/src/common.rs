@@ -93,7 +93,7 @@ impl Step {
     }
 }
 
-/// A packet `poll_transmit` gave.
+/// A packet `poll_transmit_gather` gave (headers and slice joined).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Sent {
     pub(crate) to: SocketAddr,
@@ -123,7 +123,8 @@ impl Output {
 
 /// An endpoint driven by the contract in `homa_core`'s crate docs, checking after every input:
 ///
-/// - every packet `poll_transmit` gives fits in `max_packet_len`, parses, re-emits to exactly
+/// - every packet `poll_transmit_gather` gives (headers plus a non-empty slice, if any) fits
+///   in `max_packet_len`, parses, re-emits to exactly
 ///   its length, is at a level below 8 (control packets at the top configured level; DATA at
 ///   the level the receiver asked for, unclipped, as in the module), and a DATA has payload;
 /// - one drain gives at most `max_pending_control` control packets (`poll_transmit` never

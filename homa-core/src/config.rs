@@ -93,6 +93,8 @@ pub struct Config {
     /// sender resends it later).
     pub max_gaps: u32,
     /// Control packets waiting for `poll_transmit`; further ones are dropped and counted.
+    /// A driver that hands in a batch of packets before draining needs room for what the
+    /// batch causes (homa-io: up to a few thousand).
     pub max_pending_control: u32,
 
     /// The first id this endpoint gives a request (then +2 each). The module numbers RPCs

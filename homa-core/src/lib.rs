@@ -16,10 +16,15 @@
 //! for a vectored send that leaves long messages' bytes where they are), events
 //! ([`Endpoint::poll_event`]) and a deadline ([`Endpoint::poll_timeout`]). The rule:
 //!
-//! 1. after **any** input, call `poll_transmit` until it returns `None` and `poll_event`
+//! 1. after **any** input (or a batch of inputs handed in at one `now`, e.g. the packets of
+//!    one receive call), call `poll_transmit` until it returns `None` and `poll_event`
 //!    until it returns `None`;
 //! 2. then read `poll_timeout` and sleep until that time or until a packet arrives;
 //! 3. when the deadline passes, call `handle_timeout(now)` and go to 1.
+//!
+//! A batch answers its packets together (a GRANT merges into the same message's queued
+//! one); control packets wait in a queue of `Config::max_pending_control`, which must hold
+//! what one batch can cause.
 //!
 //! `poll_timeout` returns a time at or before now whenever output is ready (including the
 //! pacer's next slot), so a loop that follows the rule never stalls; calling

@@ -2,7 +2,7 @@
 //! UDP, raw IP protocol 146, or io_uring, behind a blocking and `Future`-based [`Socket`].
 //!
 //! - [`Socket`]: bind a server port or open a client; [`Socket::call`] (blocking) and
-//!   [`Socket::call_async`] (a runtime-agnostic [`Future`](std::future::Future), also
+//!   [`Socket::call_async`] (a runtime-agnostic [`Future`], also
 //!   waitable); [`Socket::recv_request`] and [`Request::reply`]; [`Socket::abort`];
 //!   [`Socket::metrics`]; [`Socket::shutdown`].
 //! - [`Builder`]: transport ([`TransportKind`]), MTU, link rate, busy polling, a CIDR

@@ -84,6 +84,7 @@ pub struct PayloadSlice {
 impl PayloadSlice {
     /// Bytes [start, end) of `payload`.
     pub(crate) fn new(payload: &mut Payload, start: u32, end: u32) -> PayloadSlice {
+        debug_assert!(start < end && end as usize <= payload.len(), "{start}..{end}");
         PayloadSlice { bytes: payload.share(), start: start as usize, end: end as usize }
     }
 

@@ -109,7 +109,8 @@ impl TxQueues {
     /// has the same level raises that one's offset instead: grants are cumulative, so the peer ends up
     /// where both would have left it, with one packet (a caller that handles a batch of
     /// DATA before draining sends one GRANT per message, not one per packet). A GRANT at
-    /// another level (a FIFO grant, a new rank) goes as its own packet, as in the module.
+    /// another level (a FIFO grant, a new rank) goes as its own packet: with one input
+    /// between drains, every GRANT goes out as the module sends it.
     pub(crate) fn push_control(&mut self, control: Control, limit: u32) -> bool {
         if let ControlBody::Grant { offset, priority } = control.body {
             let ours = |c: &&mut Control| {

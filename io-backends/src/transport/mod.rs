@@ -237,7 +237,7 @@ impl Batch {
         }
     }
 
-    /// Datagram `i` and the bytes in its slot.
+    /// Datagram `i` and the bytes in its slot (sending: its [`tail`](Batch::tail) follows).
     pub fn get(&self, i: usize) -> (Datagram, &[u8]) {
         let d = self.items[i];
         let start = self.base + i * self.slot_len;
@@ -300,7 +300,9 @@ pub trait Transport: Send + fmt::Debug {
     /// Readable when `recv` may return datagrams or errors; for epoll.
     fn readiness_fd(&self) -> BorrowedFd<'_>;
 
-    /// Sends every datagram in `batch` and clears it. Datagrams the kernel refuses are
+    /// Sends every datagram in `batch` and clears it: datagram `i` is its slot's bytes
+    /// ([`Batch::get`]) followed by its tail ([`Batch::tail`], the message bytes of a DATA
+    /// packet, when there is one). Datagrams the kernel refuses are
     /// counted (and their peers reported by `poll_unreachable` when unreachable); an `Err`
     /// means the transport itself failed.
     fn send(&mut self, batch: &mut Batch) -> io::Result<()>;

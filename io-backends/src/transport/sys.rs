@@ -682,4 +682,24 @@ mod tests {
         assert_eq!(run_len(&batch, 4), 2);
         assert_eq!(run_len(&batch, 6), 1);
     }
+
+    /// Gathered DATA (headers in the slot, message bytes in the tail) is full when slot and
+    /// tail together fill `slot_len`.
+    #[test]
+    fn gso_runs_count_the_tails_of_gathered_datagrams() {
+        let mut ep = homa_core::Endpoint::new(homa_core::Config::default()).unwrap();
+        let to: SocketAddr = "198.18.0.1:1".parse().unwrap();
+        let port = ep.bind_ephemeral().unwrap();
+        // 2,847 bytes go first (SRPT) as 1,424 + 1,423, then 3,000 as 1,424 + 1,424 + 152.
+        ep.send_request(0, port, to, 99, vec![1; 3000], 0).unwrap();
+        ep.send_request(0, port, to, 99, vec![2; 2847], 1).unwrap();
+        let mut batch = Batch::new(8, ep.config().max_packet_len());
+        while let Some((t, tail)) = ep.poll_transmit_gather(0, batch.next_slot()) {
+            batch.push_gather(Datagram { addr: to, len: t.len, priority: 5, segment: 0 }, tail);
+        }
+        let lens: Vec<usize> = (0..batch.len()).map(|i| batch.datagram_len(i)).collect();
+        assert_eq!(lens, [1480, 1479, 1480, 1480, 208]);
+        assert_eq!(run_len(&batch, 0), 2, "a datagram one byte short ends its run");
+        assert_eq!(run_len(&batch, 2), 3);
+    }
 }

@@ -83,7 +83,8 @@ struct Ring {
 }
 
 // SAFETY: the raw pointers in the slots point into the slots' own heap allocations, which
-// move with the ring; the ring is used only through `&mut self`.
+// move with the ring, or into the message bytes a send slot's `tail` keeps alive (shared,
+// immutable, Send + Sync); the ring is used only through `&mut self`.
 unsafe impl Send for Ring {}
 
 impl UringTransport {
@@ -308,7 +309,11 @@ impl Transport for UringTransport {
             let entry = opcode::SendMsg::new(types::Fd(fd), &raw const s.msg)
                 .build()
                 .user_data(SEND | i as u64);
-            self.ring.push(&entry)?;
+            if let Err(e) = self.ring.push(&entry) {
+                self.ring.send[i].tail = None;
+                self.ring.free_send.push(i);
+                return Err(e);
+            }
         }
         if !batch.is_empty() {
             self.ring.ring.submit()?;
