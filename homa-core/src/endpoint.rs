@@ -375,7 +375,7 @@ impl Endpoint {
     /// Writes the next packet into `buf` and says where it goes. `buf` must hold
     /// [`Config::max_packet_len`] bytes; returns `None` when nothing may be sent now.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.transmit(now, buf, false).map(|(t, _)| t)
+        self.transmit(now, buf, None)
     }
 
     /// As [`poll_transmit`](Endpoint::poll_transmit), but a DATA packet of a message longer
@@ -387,25 +387,29 @@ impl Endpoint {
         now: Instant,
         buf: &mut [u8],
     ) -> Option<(Transmit, Option<PayloadSlice>)> {
-        self.transmit(now, buf, true)
+        let mut slice = None;
+        let t = self.transmit(now, buf, Some(&mut slice))?;
+        Some((t, slice))
     }
 
-    /// The next packet; with `gather`, see `poll_transmit_gather`.
+    /// The next packet; with `gather`, a multi-packet message's bytes go there instead of
+    /// into `buf` (see `poll_transmit_gather`). An out-parameter keeps the copying path's
+    /// return value small.
     fn transmit(
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        gather: bool,
-    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+        mut gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
         self.advance(now);
         if buf.len() < self.config.max_packet_len() {
             return None;
         }
         if let Some(c) = self.tx.control.pop_front() {
-            return Some((self.emit_control(c, buf), None));
+            return Some(self.emit_control(c, buf));
         }
         while let Some(&r) = self.tx.resends.front() {
-            if let Some(sent) = self.emit_resend(r, buf, gather) {
+            if let Some(sent) = self.emit_resend(r, buf, gather.as_deref_mut()) {
                 return Some(sent);
             }
             self.tx.resends.pop_front();
@@ -447,8 +451,8 @@ impl Endpoint {
         &mut self,
         r: RpcRef,
         buf: &mut [u8],
-        gather: bool,
-    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
         let max_payload = self.max_payload;
         let x = self.rpcs.get_mut(r)?;
         let m = x.msgout.as_mut()?;
@@ -462,8 +466,8 @@ impl Endpoint {
     fn emit_new_data(
         &mut self,
         buf: &mut [u8],
-        gather: bool,
-    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
         let top = self.peek_sendable()?;
         let deferrable = top.bytes_left > self.config.defer_min_bytes;
         if deferrable && !self.tx.pacer.may_send(self.now) {
@@ -549,8 +553,8 @@ impl Endpoint {
 
     /// Writes one DATA packet for bytes [start, end) of `r`'s outgoing message: whole,
     /// unless `gather` and the message is longer than one packet (for one packet a copy
-    /// costs less than sharing its bytes): then its headers, with those bytes as the
-    /// returned slice.
+    /// costs less than sharing its bytes): then its headers, with those bytes put in
+    /// `gather`.
     #[allow(clippy::too_many_arguments)]
     fn emit_data(
         &mut self,
@@ -561,8 +565,8 @@ impl Endpoint {
         priority: u8,
         retransmit: bool,
         buf: &mut [u8],
-        gather: bool,
-    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
         let x = self.rpcs.get_mut(r)?;
         let m = x.msgout.as_mut()?;
         let peer = self.peers.get_mut(x.peer);
@@ -583,18 +587,22 @@ impl Endpoint {
         };
         fields.emit(&mut data::Packet::new_unchecked(out));
         let len = data::HEADER_LEN + (end - start) as usize;
-        let (written, payload) = if !gather || m.length <= self.max_payload {
-            buf[data::HEADER_LEN..len]
-                .copy_from_slice(&m.payload.as_slice()[start as usize..end as usize]);
-            (len, None)
-        } else {
-            (data::HEADER_LEN, Some(PayloadSlice::new(&mut m.payload, start, end)))
+        let written = match gather {
+            Some(slice) if m.length > self.max_payload => {
+                *slice = Some(PayloadSlice::new(&mut m.payload, start, end));
+                data::HEADER_LEN
+            }
+            _ => {
+                buf[data::HEADER_LEN..len]
+                    .copy_from_slice(&m.payload.as_slice()[start as usize..end as usize]);
+                len
+            }
         };
         let to = x.addr;
         let wire_bytes = (len as u32) + self.config.outer_header_bytes + ETH_OVERHEAD;
         self.tx.pacer.record(self.now, self.config.wire_time(wire_bytes));
         self.count_out(PacketType::Data, len);
-        Some((Transmit { to, len: written, priority }, payload))
+        Some(Transmit { to, len: written, priority })
     }
 
     fn count_out(&mut self, t: PacketType, len: usize) {

@@ -112,7 +112,9 @@ impl TxQueues {
     /// another level (a FIFO grant, a new rank) goes as its own packet: with one input
     /// between drains, every GRANT goes out as the module sends it.
     pub(crate) fn push_control(&mut self, control: Control, limit: u32) -> bool {
-        if let ControlBody::Grant { offset, priority } = control.body {
+        if let ControlBody::Grant { offset, priority } = control.body
+            && !self.control.is_empty()
+        {
             let ours = |c: &&mut Control| {
                 matches!(c.body, ControlBody::Grant { .. })
                     && (c.id, c.to, c.dport) == (control.id, control.to, control.dport)
