@@ -607,6 +607,7 @@ impl Shared {
                 }
                 inner.feed(now, batch);
                 if batch.is_full() {
+                    inner.drain(now); // answer this batch before taking more
                     inner.receive(now); // more may be waiting
                 }
                 drop(w);
@@ -959,7 +960,10 @@ impl Inner {
     fn receive(&mut self, now: Instant) -> usize {
         let mut rx = mem::replace(&mut self.rx, Batch::new(0, 0));
         let mut got = 0;
-        for _ in 0..RX_ROUNDS {
+        for round in 0..RX_ROUNDS {
+            if round > 0 {
+                self.drain(now); // answer the last batch before taking more
+            }
             rx.clear();
             let Some(transport) = self.transport.as_mut() else { break };
             if let Err(e) = transport.recv(&mut rx) {
@@ -976,9 +980,10 @@ impl Inner {
         got
     }
 
-    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits), then
-    /// drains its output once: the endpoint answers the whole batch together (one GRANT per
-    /// message, not one per DATA packet; the DATA that GRANTs allow, in runs).
+    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits). The caller
+    /// drains next (before receiving more, or settling), so the endpoint answers the whole
+    /// batch together: one GRANT per message, not one per DATA packet; the DATA that GRANTs
+    /// allow, in runs.
     fn feed(&mut self, now: Instant, rx: &Batch) {
         for i in 0..rx.len() {
             let (d, bytes) = rx.get(i);
@@ -991,7 +996,6 @@ impl Inner {
                 let _ = self.endpoint.handle_packet(now, d.addr, packet);
             }
         }
-        self.drain(now);
     }
 
     /// The transport's counters, with what the waiter received.
