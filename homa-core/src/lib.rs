@@ -22,9 +22,9 @@
 //! 2. then read `poll_timeout` and sleep until that time or until a packet arrives;
 //! 3. when the deadline passes, call `handle_timeout(now)` and go to 1.
 //!
-//! A batch answers its packets together (a GRANT merges into the same message's queued
-//! one); control packets wait in a queue of `Config::max_pending_control`, which must hold
-//! what one batch can cause.
+//! A batch answers its packets together (a GRANT merges into its message's queued one at
+//! the same level); control packets wait in a queue of `Config::max_pending_control`, which
+//! must hold what one batch can cause.
 //!
 //! `poll_timeout` returns a time at or before now whenever output is ready (including the
 //! pacer's next slot), so a loop that follows the rule never stalls; calling

@@ -106,11 +106,11 @@ impl TxQueues {
 
     /// Queues a control packet unless `limit` are already waiting; false if dropped. A
     /// GRANT whose RPC's latest queued GRANT (among the last `GRANT_MERGE_DEPTH` controls)
-    /// has the same level raises that one's offset instead: grants are cumulative, so the peer ends up
-    /// where both would have left it, with one packet (a caller that handles a batch of
-    /// DATA before draining sends one GRANT per message, not one per packet). A GRANT at
-    /// another level (a FIFO grant, a new rank) goes as its own packet: with one input
-    /// between drains, every GRANT goes out as the module sends it.
+    /// has the same level raises that one's offset instead: grants are cumulative, so the
+    /// peer ends up where both would have left it, with one packet (a caller that handles
+    /// a batch of DATA before draining sends one GRANT per message, not one per packet). A
+    /// GRANT at another level (a FIFO grant, a new rank) goes as its own packet: with one
+    /// input between drains, every GRANT goes out as the module sends it.
     pub(crate) fn push_control(&mut self, control: Control, limit: u32) -> bool {
         if let ControlBody::Grant { offset, priority } = control.body
             && !self.control.is_empty()

@@ -2,12 +2,13 @@
 //! driver uses; [`SocketTransport`] implements it over UDP or raw IP protocol 146 with
 //! `sendmmsg`/`recvmmsg`, and [`UringTransport`] over the same sockets with io_uring.
 
-use homa_core::PayloadSlice;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::str::FromStr;
+
+use homa_core::PayloadSlice;
 
 use crate::error::Result;
 
