@@ -1050,7 +1050,11 @@ impl Inner {
     fn next_deadline(&mut self) -> Option<Instant> {
         let user = self.deadlines.first().map(|&(when, _)| when);
         let grace = self.grace.filter(|_| !self.leader);
-        [self.endpoint.poll_timeout(), user, grace, self.leader_until].into_iter().flatten().min()
+        let earlier = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        earlier(earlier(self.endpoint.poll_timeout(), user), earlier(grace, self.leader_until))
     }
 
     /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,
