@@ -221,8 +221,10 @@ impl Endpoint {
         // Wraps to 2 after u64::MAX - 1 (never 0, which means "no ack" on the wire).
         self.next_client_id = self.next_client_id.checked_add(2).unwrap_or(2);
         self.tx_bytes += payload.len() as u64;
-        let msgout = OutMessage::new(payload, self.config.unsched_bytes, self.birth());
-        let rpc = Rpc {
+        let birth = self.birth();
+        self.peers.get_mut(peer).rpcs += 1;
+        // Built in the call, so the large `Rpc` is not moved once more on the way.
+        let r = self.rpcs.insert(Rpc {
             id,
             peer,
             addr: dest,
@@ -230,15 +232,13 @@ impl Endpoint {
             remote_port: dest_port,
             state: State::Outgoing,
             cookie,
-            msgout: Some(msgout),
+            msgout: Some(OutMessage::new(payload, self.config.unsched_bytes, birth)),
             msgin: None,
             timer: TimerState::default(),
             tx_queued: false,
             resend_queued: false,
             grant_managed: false,
-        };
-        self.peers.get_mut(peer).rpcs += 1;
-        let r = self.rpcs.insert(rpc);
+        });
         self.queue_tx(r);
         self.refresh_worry(r);
         Ok(id)
@@ -831,7 +831,10 @@ impl Endpoint {
             return None;
         }
         let birth = self.birth();
-        let rpc = Rpc {
+        let p = self.peers.get_mut(peer);
+        p.rpcs += 1;
+        p.server_rpcs += 1;
+        Some(self.rpcs.insert(Rpc {
             id,
             peer,
             addr: from,
@@ -845,11 +848,7 @@ impl Endpoint {
             tx_queued: false,
             resend_queued: false,
             grant_managed: false,
-        };
-        let p = self.peers.get_mut(peer);
-        p.rpcs += 1;
-        p.server_rpcs += 1;
-        Some(self.rpcs.insert(rpc))
+        }))
     }
 
     /// Reserves reassembly memory for a new message, or counts the drop.
