@@ -94,7 +94,7 @@ pub struct Config {
     pub max_gaps: u32,
     /// Control packets waiting for `poll_transmit`; further ones are dropped and counted.
     /// A driver that hands in a batch of packets before draining needs room for what the
-    /// batch causes (homa-io: up to a few thousand).
+    /// batch causes (homa-io: a receive batch holds up to 32 datagrams of up to 64 packets).
     pub max_pending_control: u32,
 
     /// The first id this endpoint gives a request (then +2 each). The module numbers RPCs

@@ -183,8 +183,9 @@ impl PeerTable {
         &mut self.slots[id as usize]
     }
 
-    /// Peer ids held by RPCs stay valid (a peer with RPCs is never forgotten); a forgotten
-    /// slot is not marked, so debug builds (and the fuzzers) check the index instead.
+    /// Peer ids held by RPCs stay valid because a peer with RPCs is never forgotten. Debug
+    /// builds (and the fuzzers) check the id against the index: that catches an id whose
+    /// peer was forgotten while its slot is unused, not one whose slot went to a new peer.
     fn debug_check(&self, id: PeerId) {
         debug_assert_eq!(
             self.index.get(&AddrKey::from(self.slots[id as usize].addr)),

@@ -5,7 +5,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{packet, request_data};
+use common::{SERVER_PORT, packet, request_data};
 use homa_core::wire::{self, Body, PacketType, header, resend};
 use homa_core::{Config, Endpoint};
 
@@ -19,10 +19,10 @@ use homa_core::{Config, Endpoint};
 fn a_receiving_server_is_not_kept_alive_by_the_clients_resends() {
     let config = Config { timeout_ticks: 10, ..Config::default() };
     let mut ep = Endpoint::new(config.clone()).unwrap();
-    ep.bind(99).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
     let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
     ep.handle_packet(0, client, &request_data(200_000, 40_000, 0, 1424)).unwrap();
-    let ask = header::Repr::new(PacketType::Resend, 40_000, 99, 100);
+    let ask = header::Repr::new(PacketType::Resend, 40_000, SERVER_PORT, 100);
     let all = resend::Repr { offset: 0, length: resend::ALL_SENT, priority: 7 };
     let mut buf = vec![0; config.max_packet_len()];
     let tick = config.tick();
@@ -52,7 +52,7 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
     let mut ep = Endpoint::new(config.clone()).unwrap();
     let port = ep.bind_ephemeral().unwrap();
     let server: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    let id = ep.send_request(0, port, server, 99, vec![1, 2, 3], 0).unwrap();
+    let id = ep.send_request(0, port, server, SERVER_PORT, vec![1, 2, 3], 0).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
     while ep.poll_transmit(0, &mut buf).is_some() {}
     let sent = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
@@ -62,7 +62,7 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
         }
         types
     };
-    let h = header::Repr::new(PacketType::Resend, 99, port, wire::local_id(id));
+    let h = header::Repr::new(PacketType::Resend, SERVER_PORT, port, wire::local_id(id));
     for (offset, length, answer) in [
         (3, 1280, vec![]),                // past the end: nothing
         (1000, resend::ALL_SENT, vec![]), // past the end: nothing

@@ -42,7 +42,8 @@ impl Payload {
         self.as_slice().is_empty()
     }
 
-    /// The bytes as a shared buffer (an owned vector moves into one, without a copy).
+    /// The bytes as a shared buffer (an owned vector moves into one, without a copy, for
+    /// good: later reads go through the shared buffer's `AsRef`).
     fn share(&mut self) -> SharedBytes {
         let shared: SharedBytes = match &mut self.0 {
             PayloadBytes::Shared(s) => return Arc::clone(s),

@@ -16,7 +16,10 @@ use crate::rpc::RpcRef;
 use crate::time::Duration;
 use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
 
-/// How far back in the control queue a new GRANT looks for one to merge with.
+/// How far back in the control queue a new GRANT looks for one to merge with. GRANTs go to
+/// at most `max_overcommit` (<= 8) active messages and one FIFO message, so a batch's GRANTs
+/// sit close together; one found no further back goes as its own packet (correct, one
+/// packet more).
 const GRANT_MERGE_DEPTH: usize = 16;
 
 /// A control packet waiting to be sent.
