@@ -297,13 +297,21 @@ impl Node {
         out
     }
 
-    /// `poll_transmit_gather` (what homa-io calls; `poll_transmit` is the same with the slice
-    /// copied in) until `None`, then `poll_event` until `None`, checking each packet.
+    /// `poll_transmit_gather` (what homa-io calls) or, after every other input,
+    /// `poll_transmit` (the simulator's and the sans-IO bindings' copying variant) until
+    /// `None`, then `poll_event` until `None`, checking each packet.
     fn drain(&mut self) -> Output {
         let config = self.ep.config().clone();
         let mut out = Output::default();
         let mut control = 0u64;
-        while let Some((mut t, slice)) = self.ep.poll_transmit_gather(self.clock, &mut self.buf) {
+        let gather = self.handed % 2 == 0;
+        loop {
+            let next = if gather {
+                self.ep.poll_transmit_gather(self.clock, &mut self.buf)
+            } else {
+                self.ep.poll_transmit(self.clock, &mut self.buf).map(|t| (t, None))
+            };
+            let Some((mut t, slice)) = next else { break };
             if let Some(s) = slice {
                 assert!(!s.is_empty(), "{t:?}: an empty payload slice");
                 let end = t.len + s.len();
@@ -314,7 +322,7 @@ impl Node {
             assert!(t.len <= config.max_packet_len(), "{t:?} longer than max_packet_len");
             let bytes = &self.buf[..t.len];
             let repr = wire::Repr::parse(bytes).unwrap_or_else(|e| {
-                panic!("poll_transmit_gather gave an invalid packet ({e}): {bytes:02x?}")
+                panic!("poll_transmit gave an invalid packet ({e}): {bytes:02x?}")
             });
             assert_eq!(repr.buffer_len(), t.len, "trailing bytes after {:?}", repr.packet_type());
             // Control packets go at our top level; DATA at the level the receiver asked for
