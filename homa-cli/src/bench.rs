@@ -64,15 +64,6 @@ fn pair_ips(kind: TransportKind, n: u8) -> (IpAddr, IpAddr) {
     }
 }
 
-/// What a benchmark server answers.
-#[derive(Debug, Clone, Copy)]
-enum Answer {
-    /// The request itself.
-    Echo,
-    /// This many bytes.
-    Fixed(usize),
-}
-
 /// A Homa server (with its answering thread) and a client, in this process.
 #[derive(Debug)]
 struct HomaPair {
@@ -82,11 +73,13 @@ struct HomaPair {
 }
 
 impl HomaPair {
+    /// A pair whose server answers with `response_len` bytes, or echoes (`None`), as
+    /// `server::serve` does.
     fn open(
         builder: &Builder,
         kind: TransportKind,
         n: u8,
-        answer: Answer,
+        response_len: Option<usize>,
     ) -> homa_io::Result<HomaPair> {
         let builder = builder.clone().transport(kind);
         let (server_ip, client_ip) = pair_ips(kind, n);
@@ -95,10 +88,6 @@ impl HomaPair {
         let s = Arc::clone(&server);
         let thread =
             std::thread::Builder::new().name("bench-homa-server".into()).spawn(move || {
-                let response_len = match answer {
-                    Answer::Fixed(n) => Some(n),
-                    Answer::Echo => None,
-                };
                 crate::server::serve(&s, &Default::default(), response_len);
             })?;
         Ok(HomaPair { server, client, thread: Some(thread) })

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Map, Value, json};
 
-use super::{Answer, HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, UdpEcho, is_root, write_json};
+use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, UdpEcho, is_root, write_json};
 use crate::error::Error;
 use crate::logging;
 use crate::stats::{Samples, Summary, cpu_time, host_json, ratio, us};
@@ -233,7 +233,7 @@ fn setup(
             if let Some(spin) = busy_poll {
                 builder = builder.busy_poll(spin);
             }
-            let pair = HomaPair::open(&builder, kind, n, Answer::Echo).map_err(|e| match e {
+            let pair = HomaPair::open(&builder, kind, n, None).map_err(|e| match e {
                 homa_io::Error::MissingCapability { capability, .. } => {
                     format!("skipped: needs {capability}")
                 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Value, json};
 
-use super::{Answer, HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, write_json};
+use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, write_json};
 use crate::error::Error;
 use crate::logging;
 use crate::stats::{cpu_time, host_json};
@@ -274,7 +274,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         return Err(Error::Input("--seconds must be positive".into()));
     }
     let max_level = *args.in_flight.iter().max().expect("not empty");
-    let answer = if args.echo { Answer::Echo } else { Answer::Fixed(args.response) };
+    let response_len = (!args.echo).then_some(args.response);
     let tcp_response = if args.echo { u32::MAX } else { args.response as u32 };
     let payload = Arc::new((0..args.size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
     let host_before = host_json();
@@ -286,7 +286,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
             n += 1;
             let config = Config { timeout_ticks: 2000, ..Config::default() };
             let builder = Socket::builder().config(config).link_mbps(LOOPBACK_MBPS).mtu(mtu);
-            let pair = HomaPair::open(&builder, kind, n, answer).map_err(|e| e.to_string());
+            let pair = HomaPair::open(&builder, kind, n, response_len).map_err(|e| e.to_string());
             let name = match &pair {
                 Ok(p) if p.used() != kind => format!("homa/{kind} (as {}) mtu {mtu}", p.used()),
                 _ => format!("homa/{kind} mtu {mtu}"),
