@@ -99,7 +99,7 @@ pub(crate) fn addr_to_py<'py>(py: Python<'py>, a: SocketAddr) -> PyResult<Bound<
 
 /// A socket address as Python shows the tuple `addr_to_py` makes: `('198.18.0.1', 4000)`.
 pub(crate) fn addr_repr(a: SocketAddr) -> String {
-    format!("({:?}, {})", a.ip().to_string(), a.port())
+    format!("('{}', {})", a.ip(), a.port())
 }
 
 /// A JSON value as plain Python data (int, float, str, bool, None, list, dict).

@@ -36,6 +36,7 @@ def test_rpc_between_two_endpoints() -> None:
         while (e := server.poll_event()) is not None:
             assert isinstance(e, homa.RequestReceived)
             assert (e.port, e.client_port, e.client, e.rpc.client) == (99, port, A, A)
+            assert repr(e.rpc) == f"ServerRpc(client={A!r}, id={e.rpc.id})"
             server.send_response(now, e.rpc, e.message[:10])
         while (e := client.poll_event()) is not None:
             response = e

@@ -157,7 +157,7 @@ def test_endpoint_survives_any_packets_and_calls(config: dict[str, int], steps: 
     now, handed = 0, 0
     live: dict[int, int] = {}  # client RPC id -> cookie
     requests: list[homa.ServerRpc] = []
-    max_packet = config["mtu"] - config.get("outer_header_bytes", 20)
+    max_packet = ep.config["mtu"] - ep.config["outer_header_bytes"]
     for step in steps:
         kind = step[0]
         try:
