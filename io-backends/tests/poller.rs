@@ -203,7 +203,6 @@ fn shutdown_frees_the_port_while_requests_calls_and_pollers_live() {
         // The server's port is free although requests and the socket live on.
         let again = builder.clone().bind(addr).expect("the port is free again");
         assert!(again.local_addr() == addr);
-        assert!(!held_requests.is_empty());
         for r in held_requests {
             assert!(matches!(r.reply(b"late".to_vec()), Err(Error::Shutdown)));
         }

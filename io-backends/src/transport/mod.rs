@@ -420,6 +420,8 @@ mod tests {
         assert!(b.tail(1).is_none());
         assert_eq!(t.len, homa_core::wire::data::HEADER_LEN);
         b.clear();
-        assert!(b.is_empty());
+        b.next_slot()[..2].fill(3);
+        b.push(Datagram { addr: a, len: 2, priority: 1, segment: 0 });
+        assert!(b.tail(0).is_none(), "clear() dropped the tails");
     }
 }
