@@ -304,7 +304,7 @@ impl Node {
         let config = self.ep.config().clone();
         let mut out = Output::default();
         let mut control = 0u64;
-        let gather = self.handed % 2 == 0;
+        let gather = self.handed.is_multiple_of(2);
         loop {
             let next = if gather {
                 self.ep.poll_transmit_gather(self.clock, &mut self.buf)
