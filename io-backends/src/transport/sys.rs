@@ -230,12 +230,51 @@ pub(super) fn send_batch(
     s: &mut MmsgScratch,
     r: &mut Reports<'_>,
 ) -> io::Result<()> {
+    if batch.len() == 1 && send_lone(fd, batch, r) {
+        batch.clear();
+        return Ok(());
+    }
     let mut next = 0;
     while next < batch.len() {
         next = send_some(fd, v6, gso, batch, next, s, r)?;
     }
     batch.clear();
     Ok(())
+}
+
+/// The round-trip case: a batch of one datagram in one piece at the socket's default
+/// priority goes by `sendto` without the `sendmmsg` scratch. Returns whether it was sent;
+/// if not, the general path sends it again and handles the error (an ICMP error this call
+/// reported is read from the error queue first, as the general path would have).
+fn send_lone(fd: RawFd, batch: &Batch, r: &mut Reports<'_>) -> bool {
+    let (d, bytes) = batch.get(0);
+    if batch.tail(0).is_some() || d.priority != DEFAULT_PRIORITY {
+        return false;
+    }
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let namelen = write_sockaddr(d.addr, &mut name);
+    // SAFETY: `bytes` and `name` are live for the call; the kernel only reads them.
+    let rc = unsafe {
+        libc::sendto(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT,
+            ptr::from_ref(&name).cast(),
+            namelen,
+        )
+    };
+    r.stats.tx_calls += 1;
+    if rc >= 0 {
+        r.stats.tx_datagrams += 1;
+        return true;
+    }
+    let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    if matches!(errno, libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) {
+        drain_errors(fd, r);
+    }
+    false
 }
 
 /// How many datagrams from `first` on can go as one GSO message.
