@@ -3,13 +3,11 @@
 
 use core::net::SocketAddr;
 
-use core::hash::BuildHasher;
-
 use alloc::vec::Vec;
 
 use crate::Instant;
 use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
-use hashbrown::HashTable;
+use hashbrown::HashMap;
 
 use crate::rpc::{AddrKey, Hasher};
 
@@ -113,13 +111,8 @@ pub(crate) struct PeerTable {
     /// Peers by id; a forgotten peer's slot keeps its stale value until reused (only ids in
     /// `index` or held by RPCs are read, so no per-slot liveness check is needed).
     slots: Vec<Peer>,
-    /// Each slot's address, apart from the slot: `index` holds only ids (4 bytes a bucket,
-    /// not 32 with the key) and compares against this dense array, so a simulation's 144
-    /// indexes and key arrays stay in the caches that its peers' slots miss.
-    keys: Vec<AddrKey>,
     free: Vec<PeerId>,
-    index: HashTable<PeerId>,
-    hasher: Hasher,
+    index: HashMap<AddrKey, PeerId, Hasher>,
     max: usize,
 }
 
@@ -127,10 +120,8 @@ impl PeerTable {
     pub(crate) fn new(max: u32, hasher: Hasher) -> PeerTable {
         PeerTable {
             slots: Vec::new(),
-            keys: Vec::new(),
             free: Vec::new(),
-            index: HashTable::new(),
-            hasher,
+            index: HashMap::with_hasher(hasher),
             max: max as usize,
         }
     }
@@ -140,18 +131,13 @@ impl PeerTable {
     }
 
     pub(crate) fn find(&self, addr: SocketAddr) -> Option<PeerId> {
-        let key = AddrKey::from(addr);
-        let keys = &self.keys;
-        self.index.find(self.hasher.hash_one(key), |&id| keys[id as usize] == key).copied()
+        self.index.get(&AddrKey::from(addr)).copied()
     }
 
     /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs,
     /// no acks waiting) is forgotten to make room; if none is idle, `None`.
     pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Instant) -> Option<PeerId> {
-        let key = AddrKey::from(addr);
-        let hash = self.hasher.hash_one(key);
-        let keys = &self.keys;
-        if let Some(&id) = self.index.find(hash, |&id| keys[id as usize] == key) {
+        if let Some(&id) = self.index.get(&AddrKey::from(addr)) {
             self.slots[id as usize].last_used = now;
             return Some(id);
         }
@@ -162,33 +148,27 @@ impl PeerTable {
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = peer;
-                self.keys[id as usize] = key;
                 id
             }
             None => {
                 self.slots.push(peer);
-                self.keys.push(key);
                 (self.slots.len() - 1) as PeerId
             }
         };
-        let (keys, hasher) = (&self.keys, &self.hasher);
-        self.index.insert_unique(hash, id, |&id| hasher.hash_one(keys[id as usize]));
+        self.index.insert(AddrKey::from(addr), id);
         Some(id)
     }
 
     /// Forgets the least recently used idle peer. O(peers), only when the table is full.
     fn evict_idle(&mut self) -> Option<()> {
-        let id = self
+        let (id, addr) = self
             .index
-            .iter()
+            .values()
             .map(|&id| (id, &self.slots[id as usize]))
             .filter(|(_, p)| p.is_idle())
             .min_by_key(|&(id, p)| (p.last_used, id))
-            .map(|(id, _)| id)?;
-        let hash = self.hasher.hash_one(self.keys[id as usize]);
-        if let Ok(entry) = self.index.find_entry(hash, |&other| other == id) {
-            entry.remove();
-        }
+            .map(|(id, p)| (id, p.addr))?;
+        self.index.remove(&AddrKey::from(addr));
         self.free.push(id);
         Some(())
     }
@@ -208,8 +188,8 @@ impl PeerTable {
     /// peer was forgotten while its slot is unused, not one whose slot went to a new peer.
     fn debug_check(&self, id: PeerId) {
         debug_assert_eq!(
-            self.find(self.slots[id as usize].addr),
-            Some(id),
+            self.index.get(&AddrKey::from(self.slots[id as usize].addr)),
+            Some(&id),
             "peer {id} was forgotten"
         );
     }
