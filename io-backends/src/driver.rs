@@ -619,11 +619,14 @@ impl Shared {
                 continue;
             }
             self.release(inner);
-            let kicked = self.await_input(until);
+            let (kicked, errored) = self.await_input(until);
             inner = self.lock();
             inner.in_leader = true;
             if kicked {
                 clear(self.kick.as_raw_fd());
+            }
+            if errored {
+                inner.read_errors();
             }
             let now = inner.clock(self.now());
             inner.receive(now);
@@ -632,9 +635,10 @@ impl Shared {
         }
     }
 
-    /// Sleeps until the transport is readable, the leader is kicked (returns `true`), or
-    /// `until` passes; with busy polling, checks without sleeping for a while first.
-    fn await_input(&self, until: Option<std::time::Instant>) -> bool {
+    /// Sleeps until the transport is readable or in error, the leader is kicked, or `until`
+    /// passes; with busy polling, checks without sleeping for a while first. Returns
+    /// whether it was kicked and whether the transport is in error.
+    fn await_input(&self, until: Option<std::time::Instant>) -> (bool, bool) {
         let mut fds = [
             libc::pollfd { fd: self.readiness, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: self.kick.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -643,21 +647,22 @@ impl Shared {
             // SAFETY: fds is a live array of the length given.
             unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
         };
+        let mut ready = false;
         if let Some(spin) = self.busy_poll {
             let start = std::time::Instant::now();
-            while start.elapsed() < spin {
-                if poll(0) != 0 {
-                    return fds[1].revents != 0;
-                }
+            while !ready && start.elapsed() < spin {
+                ready = poll(0) != 0;
                 std::hint::spin_loop();
             }
         }
-        let timeout = until.map_or(-1, |u| {
-            let left = u.saturating_duration_since(std::time::Instant::now());
-            left.as_millis().saturating_add(1).min(i32::MAX as u128) as i32
-        });
-        poll(timeout);
-        fds[1].revents != 0
+        if !ready {
+            let timeout = until.map_or(-1, |u| {
+                let left = u.saturating_duration_since(std::time::Instant::now());
+                left.as_millis().saturating_add(1).min(i32::MAX as u128) as i32
+            });
+            poll(timeout);
+        }
+        (fds[1].revents != 0, fds[0].revents & libc::POLLERR != 0)
     }
 
     /// A blocking call: starts it and waits for its result in one go (one lock hold from
@@ -896,7 +901,7 @@ impl Shared {
             if n <= 0 {
                 continue; // EINTR
             }
-            let mut fired = false;
+            let (mut fired, mut errored) = (false, false);
             for ev in &events[..n as usize] {
                 match ev.u64 {
                     TOKEN_TIMER => {
@@ -904,12 +909,15 @@ impl Shared {
                         fired = true;
                     }
                     TOKEN_WAKE => clear(self.wake.as_raw_fd()),
-                    _ => {}
+                    _ => errored |= ev.events & libc::EPOLLERR as u32 != 0,
                 }
             }
             let mut inner = self.lock();
             if fired {
                 inner.armed = None; // consumed: the next settle arms it again
+            }
+            if errored {
+                inner.read_errors();
             }
             let now = inner.clock(self.now());
             inner.counters.wakeups += 1;
@@ -943,11 +951,11 @@ impl Shared {
     }
 }
 
-/// Whether `fd` is readable now.
+/// Whether datagrams wait on `fd` now (POLLERR alone is no datagram).
 fn readable(fd: RawFd) -> bool {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one live pollfd; no waiting.
-    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
 impl Inner {
@@ -1102,6 +1110,14 @@ impl Inner {
                 continue; // refused sends: the endpoint has more to say
             }
             return;
+        }
+    }
+
+    /// Reads the errors queued on the transport's socket (see `Transport::read_errors`);
+    /// the next settle hands the endpoint the unreachable peers among them.
+    fn read_errors(&mut self) {
+        if let Some(t) = self.transport.as_mut() {
+            t.read_errors();
         }
     }
 

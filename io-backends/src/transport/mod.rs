@@ -315,6 +315,12 @@ pub trait Transport: Send + fmt::Debug {
     /// A peer found unreachable since the last call (from ICMP errors or failed sends).
     fn poll_unreachable(&mut self) -> Option<Unreachable>;
 
+    /// Reads the ICMP errors queued for the socket (IP_RECVERR) when it polls as in error
+    /// without a send or receive having failed (the peers they name come out of
+    /// [`poll_unreachable`](Transport::poll_unreachable)): unread, they keep it in error
+    /// and every poll of it returns at once. Transports without such a socket do nothing.
+    fn read_errors(&mut self) {}
+
     /// Counters so far.
     fn stats(&self) -> TransportStats;
 

@@ -235,6 +235,11 @@ impl Transport for SocketTransport {
         self.unreachable.pop_front()
     }
 
+    fn read_errors(&mut self) {
+        let fd = self.fd();
+        sys::drain_errors(fd, &mut self.reports());
+    }
+
     fn stats(&self) -> TransportStats {
         self.stats
     }

@@ -194,6 +194,15 @@ impl MmsgScratch {
     }
 }
 
+/// Whether a failed send or receive may have reported a socket error pending from an ICMP
+/// error (with IP_RECVERR every one is also queued, with its details, on the error queue):
+/// anything but "try again" and errors about our own descriptor or buffers. The queue must
+/// then be read: while it holds anything the socket polls as in error, and an event loop on
+/// it would spin.
+pub(super) fn may_be_pending(errno: i32) -> bool {
+    !matches!(errno, libc::EAGAIN | libc::EINTR | libc::EBADF | libc::ENOTSOCK | libc::EFAULT)
+}
+
 /// Errors that mean "this destination cannot be reached".
 pub(super) fn is_unreachable(errno: i32) -> bool {
     matches!(
@@ -244,8 +253,8 @@ pub(super) fn send_batch(
 
 /// The round-trip case: a batch of one datagram in one piece at the socket's default
 /// priority goes by `sendto` without the `sendmmsg` scratch. Returns whether it was sent;
-/// if not, the general path sends it again and handles the error (an ICMP error this call
-/// reported is read from the error queue first, as the general path would have).
+/// if not, the general path sends it again and handles the error (a pending ICMP error this
+/// call reported is read from the error queue first, as the general path would have).
 fn send_lone(fd: RawFd, batch: &Batch, r: &mut Reports<'_>) -> bool {
     let (d, bytes) = batch.get(0);
     if batch.tail(0).is_some() || d.priority != DEFAULT_PRIORITY {
@@ -271,7 +280,7 @@ fn send_lone(fd: RawFd, batch: &Batch, r: &mut Reports<'_>) -> bool {
         return true;
     }
     let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    if matches!(errno, libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) {
+    if may_be_pending(errno) {
         drain_errors(fd, r);
     }
     false
@@ -377,14 +386,15 @@ fn send_some(
         let err = io::Error::last_os_error();
         let errno = err.raw_os_error().unwrap_or(0);
         let (start, count) = s.runs[i];
+        // Probably an ICMP error about an earlier packet, if the error queue held one: learn
+        // which peer it was about, then try this message again.
+        let pending = may_be_pending(errno) && drain_errors(fd, r);
         match errno {
             libc::EINTR => {}
             libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH if !retried => {
-                // Probably an ICMP error about an earlier packet: learn which peer it was
-                // about, then try this message again.
-                drain_errors(fd, r);
                 retried = true;
             }
+            _ if pending && !retried => retried = true,
             libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT | libc::EOPNOTSUPP
                 if count > 1 =>
             {
@@ -491,9 +501,8 @@ pub(super) fn recv_batch(
             // Nothing to read. (The error queue needs no look here: every ICMP error also
             // fails one send or receive, and that drains it.)
             libc::EAGAIN => return Ok(()),
-            errno if is_unreachable(errno) => {
-                // A pending ICMP error, reported once: details are in the error queue.
-                drain_errors(fd, r);
+            // A pending ICMP error, reported once: details are in the error queue.
+            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
                 if mode.block {
                     return Ok(());
                 }
@@ -569,8 +578,7 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
             libc::EINTR if mode.block => return Ok(()),
             libc::EINTR => continue,
             libc::EAGAIN => return Ok(()),
-            errno if is_unreachable(errno) => {
-                drain_errors(fd, r);
+            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
                 if mode.block {
                     return Ok(());
                 }
@@ -629,9 +637,10 @@ unsafe fn gro_segment(msg: &libc::msghdr) -> usize {
 /// Reads the socket's error queue (enabled with IP_RECVERR / IPV6_RECVERR) and reports the
 /// destinations of ICMP "unreachable" errors. The data read is the start of the packet
 /// the error is about (from the Homa header on, for raw IP and UDP alike).
-pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) {
+pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
     let mut data = [0u8; 256];
     let mut control = [0u64; 64];
+    let mut drained = false;
     loop {
         // SAFETY: all-zero bytes are valid for these plain C structs.
         let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
@@ -647,8 +656,9 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) {
         // SAFETY: msg points to live buffers of the lengths given.
         let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if n < 0 {
-            return;
+            return drained;
         }
+        drained = true;
         let Some(dest) = read_sockaddr(&name) else { continue };
         // SAFETY: the kernel filled msg_controllen bytes of `control` with well-formed
         // cmsgs; the CMSG macros stay inside them.

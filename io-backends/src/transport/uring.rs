@@ -339,10 +339,13 @@ impl Transport for UringTransport {
         while !batch.is_full() {
             let Some(i) = self.ring.ready.pop_front() else { break };
             let res = self.ring.recv[i].done.unwrap_or(-libc::EAGAIN);
-            if res < 0 && sys::is_unreachable(-res) {
-                sys::drain_errors(fd, &mut self.socket.reports());
-            } else if res < 0 {
-                tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
+            if res < 0 {
+                // A pending ICMP error is read from the error queue (see `may_be_pending`).
+                let pending =
+                    sys::may_be_pending(-res) && sys::drain_errors(fd, &mut self.socket.reports());
+                if !pending && res != -libc::EAGAIN {
+                    tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
+                }
             } else {
                 self.deliver(i, res as usize, strip, raw, batch);
             }
@@ -391,10 +394,11 @@ impl UringTransport {
         for (i, res) in self.ring.reap() {
             if res >= 0 {
                 self.socket.stats.tx_datagrams += 1;
-            } else if -res == libc::ECONNREFUSED {
+            } else if sys::may_be_pending(-res)
+                && (sys::drain_errors(self.socket.fd(), &mut self.socket.reports())
+                    || -res == libc::ECONNREFUSED)
+            {
                 // A pending ICMP error about an earlier packet; this one was not sent.
-                let fd = self.socket.fd();
-                sys::drain_errors(fd, &mut self.socket.reports());
                 self.socket.stats.tx_dropped += 1;
             } else {
                 let to = self.ring.send[i].to;
