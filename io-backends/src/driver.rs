@@ -10,7 +10,7 @@
 //! A thread that blocks waiting for a response or a request *leads* if no other thread
 //! does: it polls the transport itself and handles what arrives, so the packet it waits
 //! for wakes it directly rather than the driver thread, which then hands it over (two
-//! context switches per round trip instead of four). While a leader exists the driver
+//! context switches per round trip instead of four). While a leader leads the driver
 //! thread stops watching the transport and only runs timers; anyone else who completes
 //! the leader's wait meanwhile (a timer, shutdown) kicks it through an eventfd. When the
 //! leader leaves, the driver thread resumes watching at once if a future waits, else after
@@ -475,8 +475,14 @@ impl Shared {
     }
 
     /// Makes the calling thread the leader unless another thread is; returns whether it is.
-    /// A thread about to send and then wait claims leadership first, so the answer cannot
-    /// slip to the driver thread in between.
+    /// A thread about to send and then wait claims leadership first, so that no other
+    /// thread starts leading in between. The driver thread stops watching the transport
+    /// only once the leader leads (`lead_locked`, or `call` before it sends): a [`Call`]
+    /// started to be waited on later leaves receiving to the driver thread until then, or
+    /// threads waiting for requests meanwhile would wait for a leader that does not
+    /// receive.
+    ///
+    /// [`Call`]: crate::Call
     pub(crate) fn claim(&self, inner: &mut Inner) -> bool {
         if inner.leader
             || (inner.attached && inner.loop_thread != Some(std::thread::current().id()))
@@ -484,7 +490,6 @@ impl Shared {
             return false;
         }
         inner.leader = true;
-        self.watch_transport(inner, false);
         true
     }
 
@@ -501,7 +506,8 @@ impl Shared {
     /// someone leads or needs it before.
     fn step_down(&self, inner: &mut Inner) {
         inner.leader = false;
-        if inner.request_sleepers > 0 || !inner.calls.is_empty() {
+        if inner.request_sleepers > 0 || !inner.calls.is_empty() || !inner.request_wakers.is_empty()
+        {
             self.watch_transport(inner, true);
         } else if inner.blind && !inner.attached {
             // Moved only when less than half of it is left: calls in a loop then keep one
@@ -562,6 +568,7 @@ impl Shared {
         done: impl Fn(&Inner) -> bool,
         then: impl FnOnce(&mut Inner) -> R,
     ) -> R {
+        self.watch_transport(&mut inner, false); // this thread receives now
         // Sleep in the transport's own receive call when there is one, unless busy polling
         // (it needs `poll`) is asked for. The receive call has no timeout: a deadline is
         // the driver thread's to enforce (it wakes the leader).
@@ -676,8 +683,12 @@ impl Shared {
     ) -> Result<Vec<u8>> {
         let mut inner = self.lock();
         let now = inner.clock(self.now());
-        // Claimed before sending, so a fast answer cannot slip to the driver thread.
+        // Claimed (and the driver thread off the transport) before sending, so a fast
+        // answer cannot slip to the driver thread.
         let leading = self.claim(&mut inner);
+        if leading {
+            self.watch_transport(&mut inner, false);
+        }
         let started = inner.start_call(now, port, dest, message, timeout);
         inner.settle(false);
         let completion = match started {

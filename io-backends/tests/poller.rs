@@ -243,3 +243,34 @@ fn a_started_call_is_waited_for_in_slices() {
     server.shutdown();
     echoer.join().unwrap();
 }
+
+/// A call started to be waited on later claims leadership, but until it is waited on the
+/// driver thread keeps receiving: requests that arrive meanwhile reach a thread waiting in
+/// `recv_request` on the same socket (which waits for the leader instead of leading).
+/// Before, the socket went unread once the call's own response had been taken at a timer
+/// tick, and such a thread waited until the call was waited on or dropped.
+#[test]
+fn a_started_call_not_yet_waited_on_leaves_receiving_to_the_driver_thread() {
+    let echo_server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let echoer = echo(&echo_server);
+    let socket = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let call = socket.start_call(echo_server.local_addr(), b"later".to_vec(), None).unwrap();
+    // Its response is in and no timer of this socket is left that would read the socket.
+    let start = std::time::Instant::now();
+    while socket.metrics().pending_calls > 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the response never came in");
+        std::thread::yield_now();
+    }
+    let to = socket.local_addr();
+    let asker = std::thread::spawn(move || {
+        let client = Socket::client(loopback_v4()).unwrap();
+        client.call(to, b"meanwhile".to_vec(), None)
+    });
+    let request = socket.recv_request_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(request.message(), b"meanwhile");
+    request.reply(b"answered".to_vec()).unwrap();
+    assert_eq!(asker.join().unwrap().unwrap(), b"answered");
+    assert_eq!(call.wait().unwrap(), b"later");
+    echo_server.shutdown();
+    echoer.join().unwrap();
+}
