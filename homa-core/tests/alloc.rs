@@ -1,5 +1,7 @@
-//! After warm-up, a single-packet RPC allocates nothing but its message buffers.
+//! After warm-up, a single-packet RPC allocates nothing but its message buffers; a DATA
+//! packet far past its grant allocates nothing in proportion to the excess.
 
+mod common;
 #[path = "../benches/pair.rs"]
 mod pair;
 
@@ -7,7 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use homa_core::Config;
+use homa_core::{Config, Endpoint};
 use pair::Pair;
 
 /// Records the size of every allocation made while `COUNTING` is set.
@@ -15,6 +17,8 @@ struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static SIZES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Held by each test: the counter is global, and tests run in parallel.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 // SAFETY: every call forwards to the system allocator unchanged; the bookkeeping allocates
 // nothing itself (the vector's capacity is reserved before counting starts).
@@ -53,8 +57,10 @@ static ALLOCATOR: Counting = Counting;
 
 #[test]
 fn a_single_packet_rpc_allocates_only_its_message_buffers() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const LEN: usize = 100;
     const RPCS: usize = 1000;
+    SIZES.lock().unwrap().clear();
     let mut pair = Pair::new(Config::default());
     // Warm-up: first contact with the peer (CUTOFFS), tables and queues reach their size,
     // timers cycle.
@@ -78,4 +84,44 @@ fn a_single_packet_rpc_allocates_only_its_message_buffers() {
         other
     });
     assert_eq!(sizes.len(), 2 * RPCS);
+}
+
+/// Review finding: a sender that sent far past its grant (here a 65 KB DATA packet of a
+/// message with no unscheduled bytes) was granted the free `max_incoming` headroom again and
+/// again, one headroom's worth per pass (bytes below those received never count as
+/// incoming, so the headroom never shrank), recording the message on every pass: 65,000
+/// passes and a 512 KB list for one packet, and billions for a long enough message. It is
+/// granted in one step now.
+#[test]
+fn data_far_past_its_grant_is_granted_in_one_step() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const LENGTH: u32 = 1_000_000;
+    let config = Config {
+        mtu: 65_535,
+        max_incoming: 1,
+        window: 10_000,
+        max_overcommit: 1,
+        grant_fifo_fraction: 0,
+        ..Config::default()
+    };
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    ep.bind(common::SERVER_PORT).unwrap();
+    let from: std::net::SocketAddr = "198.18.0.2:40000".parse().unwrap();
+    let payload = config.max_payload();
+    let data = common::request_data(LENGTH, 0, 0, payload as usize);
+    let mut buf = vec![0; config.max_packet_len()];
+    SIZES.lock().unwrap().clear();
+    SIZES.lock().unwrap().reserve(1000);
+    COUNTING.store(true, Ordering::Relaxed);
+    ep.handle_packet(0, from, &data).unwrap();
+    let mut out = 0;
+    while ep.poll_transmit(0, &mut buf).is_some() {
+        out += 1;
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    let sizes = SIZES.lock().unwrap().clone();
+    let other: usize = sizes.iter().filter(|&&s| s != LENGTH as usize).sum();
+    assert!(other < 16 * 1024, "{other} bytes allocated besides the message: {sizes:?}");
+    assert_eq!(out, 1, "one packet out: the GRANT");
+    assert_eq!(ep.metrics().incoming, 1, "received + the 1 byte of headroom granted");
 }

@@ -327,22 +327,23 @@ impl Grants {
         }
         // Up to `window` past the received bytes, never past the end. Nothing to grant if
         // that is not beyond the grant already sent: a GRANT repeating its offset is wasted.
-        let target = (i64::from(m.received()) + i64::from(window)).min(i64::from(m.length));
-        let wanted = target - i64::from(m.granted);
-        if wanted <= 0 {
+        let target = (m.received().saturating_add(window)).min(m.length);
+        if target <= m.granted {
             return;
         }
-        let mut delta = wanted as u32;
         let headroom = i64::from(cx.config.max_incoming) - self.total_incoming as i64;
         let any_needy = self.active.iter().flatten().any(|a| a.needy);
         if headroom <= 0 || (check_needy && any_needy) {
             self.set_needy(slot);
             return;
         }
-        let fully = u64::from(delta) <= headroom as u64;
-        if !fully {
-            delta = headroom as u32;
-        }
+        // Only bytes beyond those received take headroom. (A sender that sent past its
+        // grant would otherwise be granted the headroom again and again, a byte at a time:
+        // bytes below `received` never count as incoming.)
+        let base = m.granted.max(m.received());
+        let wanted = target - base;
+        let fully = u64::from(wanted) <= headroom as u64;
+        let delta = (base - m.granted) + if fully { wanted } else { headroom as u32 };
         let rank = self
             .active
             .iter()
