@@ -20,7 +20,7 @@ pub(crate) type PeerId = u32;
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Peer {
-    /// RPCs (client and server) using this peer; it can be forgotten when 0 and no acks wait.
+    /// RPCs (client and server) using this peer; it can be forgotten when 0.
     pub(crate) rpcs: u32,
     /// Server RPCs this peer opened on us (bounded by `max_rpcs_per_peer`).
     pub(crate) server_rpcs: u32,
@@ -99,10 +99,6 @@ impl Peer {
         self.num_acks = start as u8;
         n
     }
-
-    fn is_idle(&self) -> bool {
-        self.rpcs == 0 && self.num_acks == 0
-    }
 }
 
 /// All known peers, by address, with a bound on how many.
@@ -159,14 +155,18 @@ impl PeerTable {
         Some(id)
     }
 
-    /// Forgets the least recently used idle peer. O(peers), only when the table is full.
+    /// Forgets the least recently used idle peer (no RPCs), one without acks waiting if
+    /// there is one. O(peers), only when the table is full. Acks waiting for a peer we may
+    /// never send to again must not pin it (the table would fill up for good); losing them
+    /// costs little: a server asks with NEED_ACK, and our answer for an RPC we no longer
+    /// know acknowledges it, or the server times it out.
     fn evict_idle(&mut self) -> Option<()> {
         let (id, addr) = self
             .index
             .values()
             .map(|&id| (id, &self.slots[id as usize]))
-            .filter(|(_, p)| p.is_idle())
-            .min_by_key(|&(id, p)| (p.last_used, id))
+            .filter(|(_, p)| p.rpcs == 0)
+            .min_by_key(|&(id, p)| (p.num_acks > 0, p.last_used, id))
             .map(|(id, p)| (id, p.addr))?;
         self.index.remove(&AddrKey::from(addr));
         self.free.push(id);
@@ -247,5 +247,21 @@ mod tests {
         assert_eq!(c, b, "the idle peer's slot is reused");
         assert_eq!(t.find(addr(2)), None);
         assert_eq!(t.len(), 2);
+    }
+
+    /// Review finding: acks waiting for a peer we never send to again pinned it, so after
+    /// `max_peers` such peers every new one was refused for good.
+    #[test]
+    fn a_full_table_evicts_a_peer_holding_only_acks_last() {
+        let mut t = PeerTable::new(2, Hasher::with_seed(1));
+        let a = t.get_or_insert(addr(1), 0).unwrap();
+        let b = t.get_or_insert(addr(2), 1).unwrap();
+        t.get_mut(a).add_ack(Ack { client_id: 2, server_port: 1 });
+        let c = t.get_or_insert(addr(3), 2).unwrap();
+        assert_eq!(c, b, "the peer without acks goes first, although used later");
+        t.get_mut(c).rpcs = 1;
+        let d = t.get_or_insert(addr(4), 3).unwrap();
+        assert_eq!(d, a, "then the one holding only acks");
+        assert_eq!(t.get(d).num_acks, 0, "its acks went with it");
     }
 }
