@@ -402,10 +402,10 @@ impl Grants {
             return;
         }
         let Some(interval) = cx.config.fifo_grant_interval() else { return };
-        self.next_fifo_grant = cx.now + interval;
+        self.next_fifo_grant = cx.now.saturating_add(interval);
         let increment = cx.config.fifo_grant_increment;
         // A message holding this much ungranted-received is not answering FIFO grants.
-        let limit = self.windows[self.num_active].saturating_add(2 * increment);
+        let limit = self.windows[self.num_active].saturating_add(increment.saturating_mul(2));
         let wants_fifo = |cx: &GrantCx<'_>, rpc: RpcRef| {
             cx.rpcs
                 .get(rpc)

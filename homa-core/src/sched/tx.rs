@@ -59,7 +59,7 @@ impl Pacer {
 
     /// Whether the queue is short enough for a deferrable packet now.
     pub(crate) fn may_send(&self, now: Instant) -> bool {
-        self.link_idle <= now + self.max_backlog
+        self.link_idle <= now.saturating_add(self.max_backlog)
     }
 
     /// When a deferrable packet may go.
@@ -69,7 +69,7 @@ impl Pacer {
 
     /// Accounts for a packet taking `wire_time` on the link.
     pub(crate) fn record(&mut self, now: Instant, wire_time: Duration) {
-        self.link_idle = self.link_idle.max(now) + wire_time;
+        self.link_idle = self.link_idle.max(now).saturating_add(wire_time);
     }
 }
 
