@@ -328,20 +328,23 @@ fn collect(
     r
 }
 
+/// Longest --duration and --drain: any Instant plus this much is representable.
+const YEAR_S: f64 = 365.0 * 24.0 * 3600.0;
+
 pub(crate) fn run(args: &Args) -> Result<(), Error> {
     logging::init(args.verbose, "warn");
     let workload = Workload::load(&args.workload).map_err(|e| Error::Input(e.to_string()))?;
     if !(args.rate > 0.0 && args.rate.is_finite()) {
         return Err(Error::Input("--rate must be positive".into()));
     }
-    if !(args.duration > 0.0 && args.duration.is_finite()) {
-        return Err(Error::Input("--duration must be positive".into()));
+    if !(args.duration > 0.0 && args.duration <= YEAR_S) {
+        return Err(Error::Input("--duration must be positive and at most a year".into()));
     }
     if args.concurrency == 0 || args.bins == 0 {
         return Err(Error::Input("--concurrency and --bins must be at least 1".into()));
     }
-    if !(args.drain >= 0.0 && args.drain.is_finite()) {
-        return Err(Error::Input("--drain must be a number of seconds".into()));
+    if !(args.drain >= 0.0 && args.drain <= YEAR_S) {
+        return Err(Error::Input("--drain must be a number of seconds, at most a year".into()));
     }
     let mut builder = Socket::builder().transport(args.transport);
     if let Some(mtu) = args.mtu {
@@ -388,7 +391,12 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     loop {
         // Exponential gap: -ln(1 - u) / rate.
         let gap = -(-rng.next_f64()).ln_1p() / args.rate;
-        next += Duration::from_secs_f64(gap);
+        // A gap too long to represent lies past the end anyway (--rate may be tiny).
+        let Some(at) = Duration::try_from_secs_f64(gap).ok().and_then(|g| next.checked_add(g))
+        else {
+            break;
+        };
+        next = at;
         if next.duration_since(started) >= duration {
             break;
         }

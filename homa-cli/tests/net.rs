@@ -10,6 +10,9 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use homa_io::{Config, Socket, TransportKind};
 use serde_json::Value;
 
+#[allow(dead_code)] // the shared helpers include some this file does not need
+mod common;
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -251,5 +254,20 @@ fn bench_throughput_reports_homa_and_tcp() {
             assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["cpu_s_per_gb"].as_f64().is_some(), "{r}");
         }
+    }
+}
+
+/// Review finding: time arguments too long to add to a clock panicked (exit 101) instead of
+/// being input errors (exit 2).
+#[test]
+fn overlong_time_arguments_are_input_errors() {
+    for (args, says) in [
+        (&["client", "--server", "127.0.0.1:9", "--duration", "1e20"][..], "--duration"),
+        (&["client", "--server", "127.0.0.1:9", "--drain", "1e15"][..], "--drain"),
+        (&["bench", "throughput", "--seconds", "1e20"][..], "--seconds"),
+    ] {
+        let run = common::homa(args, "");
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
     }
 }

@@ -48,3 +48,13 @@ fn bad_workload_files_are_input_errors() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("neither a built-in workload"), "{}", run.stderr);
 }
+
+/// Review finding: `--load 1.5` ran, although the help says (0..1].
+#[test]
+fn a_load_above_one_is_an_input_error() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--workload", "w1", "--load", "1.5"]);
+    let run = homa(&args, "");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("load 1.5 must be in (0, 1]"), "{}", run.stderr);
+}

@@ -271,8 +271,8 @@ impl App for Driver {
 /// Runs a simulation. `progress` is called now and then with how far it is.
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Report, String> {
     cfg.topology.validate()?;
-    if !(cfg.load > 0.0 && cfg.load.is_finite()) {
-        return Err(format!("load {} must be positive", cfg.load));
+    if !(cfg.load > 0.0 && cfg.load <= 1.0) {
+        return Err(format!("load {} must be in (0, 1]", cfg.load));
     }
     if !(0.0..1.0).contains(&cfg.warmup) {
         return Err(format!("warm-up share {} must be in [0, 1)", cfg.warmup));

@@ -270,8 +270,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     if args.in_flight.is_empty() || args.in_flight.contains(&0) || args.rounds == 0 {
         return Err(Error::Input("--in-flight levels and --rounds must be positive".into()));
     }
-    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err(Error::Input("--seconds must be positive".into()));
+    if !(args.seconds > 0.0 && args.seconds <= 86_400.0) {
+        return Err(Error::Input("--seconds must be positive and at most a day".into()));
     }
     let max_level = *args.in_flight.iter().max().expect("not empty");
     let response_len = (!args.echo).then_some(args.response);
