@@ -44,22 +44,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A timeout in seconds (int or float, >= 0) or None.
-fn timeout(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+/// Argument `name`: a number of seconds, or None.
+fn seconds(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
     if !(obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>())
         || obj.is_instance_of::<pyo3::types::PyBool>()
     {
         return Err(PyTypeError::new_err(format!(
-            "timeout must be a number of seconds or None, not {}",
+            "{name} must be a number of seconds or None, not {}",
             obj.get_type().name()?
         )));
     }
     let secs: f64 = obj.extract()?;
     Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
-        PyValueError::new_err(format!(
-            "timeout must be a finite number of seconds >= 0, not {secs}"
-        ))
+        PyValueError::new_err(format!("{name} must be a finite number of seconds >= 0, not {secs}"))
     })
 }
 
@@ -117,7 +115,7 @@ impl Socket {
         let mut c = homa_io::Config::default();
         convert::apply_config(py, &mut c, config, &[])?;
         let mut builder = homa_io::Socket::builder().transport(kind).config(c);
-        if let Some(spin) = timeout(busy_poll)? {
+        if let Some(spin) = seconds("busy_poll", busy_poll)? {
             builder = builder.busy_poll(spin);
         }
         if let Some(nets) = allow {
@@ -185,7 +183,7 @@ impl Socket {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let sock = self.open(py)?;
         let dest = addr(dest, "dest")?;
-        let deadline = self::timeout(timeout)?;
+        let deadline = seconds("timeout", timeout)?;
         let payload = buffer::payload(message)?;
         let started = py.detach(|| sock.start_call(dest, payload, deadline));
         let mut call = started.map_err(|e| errors::io(py, e))?;
@@ -216,7 +214,7 @@ impl Socket {
         py: Python<'_>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Request> {
-        let limit = self::timeout(timeout)?;
+        let limit = seconds("timeout", timeout)?;
         let start = std::time::Instant::now();
         loop {
             let sock = self.open(py)?;
@@ -301,7 +299,7 @@ impl Socket {
     ) -> PyResult<u64> {
         let sock = self.open(py)?;
         let dest = addr(dest, "dest")?;
-        let deadline = self::timeout(timeout)?;
+        let deadline = seconds("timeout", timeout)?;
         let payload = buffer::payload(message)?;
         let call = sock.call_async(dest, payload, deadline).map_err(|e| errors::io(py, e))?;
         reactor.park(py, Op::Call(call), future)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -267,6 +268,32 @@ def test_closed_server_frees_its_port(run: Callable[[Any], Any], port: int) -> N
         again = await homa.open(port=port, host=LOCAL)  # srv is still referenced here
         assert srv.metrics()["core"]["requests_received"] == 1  # readable after close
         again.close()
+
+    run(main())
+
+
+def test_a_dropped_socket_leaves_its_loop(run: Callable[[Any], Any], port: int) -> None:
+    """Review finding: a socket garbage-collected without close() left its descriptors
+    registered with the loop; the next socket given the same numbers was then taken as
+    registered already, and its packets were never read (a server waited forever). The
+    same after closing the underlying socket directly."""
+
+    async def main() -> None:
+        for how in ("dropped", "closed underneath"):
+            gone = await homa.open(host=LOCAL)
+            if how == "dropped":
+                del gone
+                gc.collect()
+            else:
+                gone.socket.close()
+                gone.close()
+            await asyncio.sleep(0)  # one loop turn: the finalizer's detach runs
+            srv, task = await echo_server(port)
+            async with await homa.open(host=LOCAL, **SLACK) as cli:
+                reply = await asyncio.wait_for(cli.call(srv.local_addr, b"x"), 30)
+                assert reply == b"x", how
+            srv.close()
+            await task
 
     run(main())
 

@@ -95,6 +95,13 @@ def test_closed_socket(port: int) -> None:
     assert set(m) >= {"core", "transport", "pending_calls", "queued_requests"}
 
 
+def test_a_bad_busy_poll_names_itself() -> None:
+    with pytest.raises(TypeError, match="busy_poll must be a number of seconds"):
+        homa.Socket(host=LOCAL, busy_poll="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="busy_poll must be a finite"):
+        homa.Socket(host=LOCAL, busy_poll=-1.0)
+
+
 def test_port_of_a_closed_socket_is_free_again(port: int) -> None:
     homa.Socket(port, host=LOCAL).close()
     homa.Socket(port, host=LOCAL).close()

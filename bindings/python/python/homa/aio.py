@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,13 @@ class AsyncSocket:
         self._poller = native._poller()
         self._poller_fd = self._poller.fileno()
         loop.add_reader(self._poller_fd, self._poller.drive, self._reactor)
+        # A socket dropped without close() must still leave the loop: a descriptor left
+        # registered would shadow the next socket given its number (asyncio would take
+        # that one as registered already). The finalizer holds what it detaches, the native
+        # socket included, so the descriptors stay open until the loop has let them go.
+        self._detach = weakref.finalize(
+            self, _detach_soon, loop, self._reactor, self._poller, native
+        )
 
     @property
     def socket(self) -> _native.Socket:
@@ -90,8 +98,8 @@ class AsyncSocket:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._native.closed
+        """Whether :meth:`close` was called (or the underlying socket closed)."""
+        return not self._detach.alive or self._native.closed
 
     def _check_loop(self) -> None:
         if asyncio.get_running_loop() is not self._loop:
@@ -199,16 +207,8 @@ class AsyncSocket:
     def close(self) -> None:
         """Closes the socket: pending calls fail with :class:`homa.ShutdownError`, the
         request iterators end. Idempotent; call it from the socket's loop."""
-        if self._native.closed:
-            return
-        if not self._loop.is_closed():
-            # Before the socket (and its descriptor) goes.
-            self._loop.remove_reader(self._poller_fd)
-        self._poller.close()
-        self._native.close()
-        self._reactor.dispatch()  # resolve what the shutdown failed
-        if not self._loop.is_closed():
-            self._loop.remove_reader(self._fd)
+        if self._detach.detach() is not None:  # once: its descriptors may be reused after
+            _detach(self._loop, self._reactor, self._poller, self._native)
 
     async def __aenter__(self) -> Self:
         return self
@@ -218,6 +218,36 @@ class AsyncSocket:
 
     def __repr__(self) -> str:
         return f"<homa.AsyncSocket {self._native!r}>"
+
+
+def _detach(
+    loop: asyncio.AbstractEventLoop,
+    reactor: _native.Reactor,
+    poller: _native.Poller,
+    native: _native.Socket,
+) -> None:
+    """Takes a socket off `loop` and closes it (on the loop's thread)."""
+    if not loop.is_closed():
+        # Before the socket (and its descriptor) goes.
+        loop.remove_reader(poller.fileno())
+    poller.close()
+    native.close()
+    reactor.dispatch()  # resolve what the shutdown failed
+    if not loop.is_closed():
+        loop.remove_reader(reactor.fileno())
+
+
+def _detach_soon(
+    loop: asyncio.AbstractEventLoop,
+    reactor: _native.Reactor,
+    poller: _native.Poller,
+    native: _native.Socket,
+) -> None:
+    """`_detach` for a socket that was garbage-collected, maybe on another thread."""
+    try:
+        loop.call_soon_threadsafe(_detach, loop, reactor, poller, native)
+    except RuntimeError:  # the loop is closed: nothing to take it off
+        _detach(loop, reactor, poller, native)
 
 
 class _Requests:
