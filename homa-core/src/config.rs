@@ -71,9 +71,10 @@ pub struct Config {
     pub timeout_ticks: u32,
     /// Ticks after a response is sent before the server asks for an ACK.
     pub request_ack_ticks: u32,
-    /// Ticks a server keeps asking for an ACK (NEED_ACK every tick) before it forgets the
-    /// RPC. Not in the module, which asks forever: this bounds the memory a vanished client
-    /// can pin.
+    /// Ticks a server keeps a response its client is not done with before it forgets the
+    /// RPC: asking for an ACK (NEED_ACK every tick) once it is sent, or waiting silently for
+    /// grants for the rest of it. Not in the module, which waits forever: this bounds the
+    /// memory a vanished client can pin.
     pub ack_timeout_ticks: u32,
 
     // --- Limits against hostile or broken peers ---

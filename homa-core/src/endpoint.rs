@@ -1110,8 +1110,13 @@ impl Endpoint {
         }
         let silent = tick - x.timer.silent_since;
         let c = &self.config;
+        // A server waiting for grants hears nothing while its client grants other messages
+        // first (more than `max_overcommit` arriving, the rest queued): it keeps its response
+        // as long as one waiting for an ACK does, far longer than an RPC the peer owes data.
+        let waits_for_grants = !x.is_client() && x.state == State::Outgoing;
+        let timeout = if waits_for_grants { c.ack_timeout_ticks } else { c.timeout_ticks };
         let (resend, interval, timeout) =
-            (u64::from(c.resend_ticks), u64::from(c.resend_interval), u64::from(c.timeout_ticks));
+            (u64::from(c.resend_ticks), u64::from(c.resend_interval), u64::from(timeout));
         if silent >= timeout {
             let reason = FailReason::Timeout;
             if x.is_client() {
@@ -1144,8 +1149,9 @@ impl Endpoint {
     /// granted bytes outstanding, or having sent all it may (a client then awaits the
     /// response; a server awaits grants for the rest of its response).
     ///
-    /// The module never times out a server waiting for grants; we do, so a vanished client
-    /// cannot pin a response in memory forever.
+    /// The module never times out a server waiting for grants; we do, after
+    /// `ack_timeout_ticks` (as a server waiting for an ACK), so a vanished client cannot pin
+    /// a response in memory forever.
     fn waits_on_peer(x: &Rpc) -> bool {
         match x.state {
             State::Incoming => x.msgin.as_ref().is_some_and(|m| m.received() < m.granted),

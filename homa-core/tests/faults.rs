@@ -150,10 +150,14 @@ fn a_server_restarted_mid_request_recovers_the_missing_bytes() {
     assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
 }
 
+/// A server waiting for grants keeps its response through a silence far longer than
+/// `timeout_ticks` (its client may be granting other messages first: review finding, a
+/// response was dropped after 100 ms that its client still wanted), and forgets it after
+/// `ack_timeout_ticks`, so a vanished client does not pin it forever.
 #[test]
 fn a_server_whose_client_vanishes_forgets_the_rpc() {
-    let config = Config::default();
-    let Star { mut net, hosts, ports, links } = star(2, config, 10, 12);
+    let config = Config { ack_timeout_ticks: 400, ..Config::default() };
+    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 12);
     let mut app = Echo::default();
     // A large echo: the response needs grants the client will never send.
     call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(200_000, 1));
@@ -162,6 +166,9 @@ fn a_server_whose_client_vanishes_forgets_the_rpc() {
     }
     net.link_mut(links[1].1).faults.loss = 1.0; // nothing reaches the client any more
     net.link_mut(links[1].0).faults.loss = 1.0; // and it sends nothing
+    let silent_from = net.now();
+    net.run_until(silent_from + 3 * u64::from(config.timeout_ticks) * config.tick(), &mut app);
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 1, "gave up after timeout_ticks");
     settle(&mut net, &mut app, 1000);
     let server = net.endpoint(hosts[0]);
     assert_eq!(server.rpc_count(), 0, "the server still holds the response");
