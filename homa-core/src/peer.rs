@@ -130,8 +130,8 @@ impl PeerTable {
         self.index.get(&AddrKey::from(addr)).copied()
     }
 
-    /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs,
-    /// no acks waiting) is forgotten to make room; if none is idle, `None`.
+    /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs;
+    /// see `evict_idle`) is forgotten to make room; if none is idle, `None`.
     pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Instant) -> Option<PeerId> {
         if let Some(&id) = self.index.get(&AddrKey::from(addr)) {
             self.slots[id as usize].last_used = now;

@@ -455,7 +455,7 @@ impl Shared {
     }
 
     /// Whether the driver thread watches the transport.
-    fn watch_transport(&self, inner: &mut Inner, on: bool) {
+    pub(crate) fn watch_transport(&self, inner: &mut Inner, on: bool) {
         // Closed: the descriptor is gone (its number may be another's now). Attached: the
         // event loop watches.
         if inner.blind != on || inner.closed || (on && inner.attached) {
@@ -477,7 +477,8 @@ impl Shared {
     /// Makes the calling thread the leader unless another thread is; returns whether it is.
     /// A thread about to send and then wait claims leadership first, so that no other
     /// thread starts leading in between. The driver thread stops watching the transport
-    /// only once the leader leads (`lead_locked`, or `call` before it sends): a [`Call`]
+    /// only once the leader leads (`lead_locked`, or `call` before it sends; `start_call`
+    /// makes it watch if an earlier leader's grace period still kept it off): a [`Call`]
     /// started to be waited on later leaves receiving to the driver thread until then, or
     /// threads waiting for requests meanwhile would wait for a leader that does not
     /// receive.

@@ -340,7 +340,11 @@ impl Socket {
     ) -> Result<Call> {
         let (started, leading) = self.shared.with(|inner, now| {
             let leading = lead && self.shared.claim(inner);
-            if !leading {
+            if leading {
+                // Until the call is waited on the driver thread receives, even if it was
+                // still off the transport after an earlier leader (`LEADER_GRACE`).
+                self.shared.watch_transport(inner, true);
+            } else {
                 self.shared.need_driver(inner);
             }
             let started = inner.start_call(now, self.port, dest, message, timeout);

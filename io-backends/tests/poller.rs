@@ -254,6 +254,9 @@ fn a_started_call_not_yet_waited_on_leaves_receiving_to_the_driver_thread() {
     let echo_server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
     let echoer = echo(&echo_server);
     let socket = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    // A blocking call first: its leader leaves the driver thread off the transport for a
+    // grace period, which the started call must end.
+    assert_eq!(socket.call(echo_server.local_addr(), b"first".to_vec(), None).unwrap(), b"first");
     let call = socket.start_call(echo_server.local_addr(), b"later".to_vec(), None).unwrap();
     // Its response is in and no timer of this socket is left that would read the socket.
     let start = std::time::Instant::now();
