@@ -276,7 +276,7 @@ def test_a_dropped_socket_leaves_its_loop(run: Callable[[Any], Any], port: int) 
     """Review finding: a socket garbage-collected without close() left its descriptors
     registered with the loop; the next socket given the same numbers was then taken as
     registered already, and its packets were never read (a server waited forever). The
-    same after closing the underlying socket directly."""
+    same when the underlying socket was closed first and then the AsyncSocket."""
 
     async def main() -> None:
         for how in ("dropped", "closed underneath"):
