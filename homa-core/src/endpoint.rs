@@ -758,7 +758,6 @@ impl Endpoint {
                 return false;
             }
         };
-        self.reset_silence(r);
         if d.ack.is_some() {
             self.handle_ack(from, d.ack);
         }
@@ -786,6 +785,14 @@ impl Endpoint {
         let added = m.add(offset, payload, self.config.max_gaps as usize);
         let complete = m.is_complete();
         let grantable = m.grantable;
+        // Data that cannot belong to the message (past its end, or of another length above)
+        // is no sign of progress: a sender that disagrees about the message must not keep it
+        // alive. (Fuzz finding: a request whose length was damaged in flight drew RESENDs
+        // that the client answered with DATA the server dropped as inconsistent, each
+        // resetting its silence, forever.)
+        if added != Err(Rejected::PastEnd) {
+            self.reset_silence(r);
+        }
         self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
         if let Err(why) = added {
             match why {

@@ -73,3 +73,33 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
         assert_eq!(sent(&mut ep, &mut buf), answer, "RESEND({offset}, {length})");
     }
 }
+
+/// Found by the `endpoint_pair` fuzz target (fuzz/regressions/endpoint_pair/
+/// inconsistent-data-keeps-a-request-alive): a request's first packet arrived with a damaged
+/// message length. The server asked for the rest with RESENDs; the client answered with
+/// DATA of the true length, which the server dropped as inconsistent but counted as signs of
+/// life, so its RPC never timed out and the two exchanged packets forever.
+#[test]
+fn a_receiving_server_is_not_kept_alive_by_data_of_another_length() {
+    let config = Config { timeout_ticks: 10, ..Config::default() };
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
+    let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    ep.handle_packet(0, client, &request_data(300_000, 40_000, 0, 1424)).unwrap();
+    let mut buf = vec![0; config.max_packet_len()];
+    let tick = config.tick();
+    for t in 0..50 {
+        let now = t * tick + tick / 2;
+        // The client's DATA, of the length it really sends: dropped, every tick.
+        let data = request_data(200_000, 40_000, 1424, 1424);
+        assert!(ep.handle_packet(now, client, &data).is_ok());
+        ep.handle_timeout(now);
+        while ep.poll_transmit(now, &mut buf).is_some() {}
+        if ep.rpc_count() == 0 {
+            assert_eq!(ep.metrics().server_timeouts, 1);
+            assert!(ep.metrics().drops.inconsistent >= 10);
+            return;
+        }
+    }
+    panic!("the server RPC never timed out: {:?}", ep.metrics());
+}
