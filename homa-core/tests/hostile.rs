@@ -126,3 +126,23 @@ fn garbage_and_mutations_never_break_an_endpoint() {
     settle(&mut net, &mut app, 10_000);
     assert!(app.responses.get(&(hosts[1], id)) == Some(&msg));
 }
+
+/// Review finding: extreme values overflowed (a panic in debug builds) instead of failing
+/// validation or being used as the largest possible.
+#[test]
+fn extreme_settings_and_clocks_do_not_overflow() {
+    let c = Config { mtu: u32::MAX, outer_header_bytes: u32::MAX - 60, ..Config::default() };
+    assert!(c.validate().is_err());
+    let c = Config { fifo_grant_increment: u32::MAX, ..Config::default() };
+    let mut ep = Endpoint::new(c.clone()).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
+    let from: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    let late = u64::MAX - 1;
+    let mut buf = vec![0; c.max_packet_len()];
+    // The first grant runs the FIFO check (twice the increment) at the latest time.
+    ep.handle_packet(late, from, &request_data(1_000_000, 10_000, 0, 1_000)).unwrap();
+    while ep.poll_transmit(late, &mut buf).is_some() {}
+    // The pacer's clock near its end too.
+    ep.send_request(late, SERVER_PORT, from, 4000, vec![1u8; 100_000], 0).unwrap();
+    while ep.poll_transmit(late, &mut buf).is_some() {}
+}

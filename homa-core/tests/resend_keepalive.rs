@@ -17,25 +17,31 @@ use homa_core::{Config, Endpoint};
 /// while still receiving), so neither ever timed out and the RPC never ended.
 #[test]
 fn a_receiving_server_is_not_kept_alive_by_the_clients_resends() {
+    let ask = header::Repr::new(PacketType::Resend, 40_000, SERVER_PORT, 100);
+    let all = resend::Repr { offset: 0, length: resend::ALL_SENT, priority: 7 };
+    // The client, waiting for its response, asks every tick; nothing else arrives.
+    let (ticks, _) = ticks_to_time_out(200_000, &packet(ask, Body::Resend(all)));
+    assert!(ticks >= 10, "timed out after {ticks} ticks, before timeout_ticks");
+}
+
+/// A server with timeout_ticks 10 receiving the first 1,424 bytes of a `length`-byte request,
+/// then `each_tick` every tick: the ticks until its RPC timed out, and its metrics.
+fn ticks_to_time_out(length: u32, each_tick: &[u8]) -> (u64, homa_core::Metrics) {
     let config = Config { timeout_ticks: 10, ..Config::default() };
     let mut ep = Endpoint::new(config.clone()).unwrap();
     ep.bind(SERVER_PORT).unwrap();
     let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    ep.handle_packet(0, client, &request_data(200_000, 40_000, 0, 1424)).unwrap();
-    let ask = header::Repr::new(PacketType::Resend, 40_000, SERVER_PORT, 100);
-    let all = resend::Repr { offset: 0, length: resend::ALL_SENT, priority: 7 };
+    ep.handle_packet(0, client, &request_data(length, 40_000, 0, 1424)).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
     let tick = config.tick();
     for t in 0..50 {
         let now = t * tick + tick / 2;
-        // The client, waiting for its response, asks every tick; nothing else arrives.
-        ep.handle_packet(now, client, &packet(ask, Body::Resend(all))).unwrap();
+        ep.handle_packet(now, client, each_tick).unwrap();
         ep.handle_timeout(now);
         while ep.poll_transmit(now, &mut buf).is_some() {}
         if ep.rpc_count() == 0 {
             assert_eq!(ep.metrics().server_timeouts, 1);
-            assert!(t >= 10, "timed out after {t} ticks, before timeout_ticks");
-            return;
+            return (t, ep.metrics());
         }
     }
     panic!("the server RPC never timed out: {:?}", ep.metrics());
@@ -81,25 +87,7 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
 /// life, so its RPC never timed out and the two exchanged packets forever.
 #[test]
 fn a_receiving_server_is_not_kept_alive_by_data_of_another_length() {
-    let config = Config { timeout_ticks: 10, ..Config::default() };
-    let mut ep = Endpoint::new(config.clone()).unwrap();
-    ep.bind(SERVER_PORT).unwrap();
-    let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    ep.handle_packet(0, client, &request_data(300_000, 40_000, 0, 1424)).unwrap();
-    let mut buf = vec![0; config.max_packet_len()];
-    let tick = config.tick();
-    for t in 0..50 {
-        let now = t * tick + tick / 2;
-        // The client's DATA, of the length it really sends: dropped, every tick.
-        let data = request_data(200_000, 40_000, 1424, 1424);
-        assert!(ep.handle_packet(now, client, &data).is_ok());
-        ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).is_some() {}
-        if ep.rpc_count() == 0 {
-            assert_eq!(ep.metrics().server_timeouts, 1);
-            assert!(ep.metrics().drops.inconsistent >= 10);
-            return;
-        }
-    }
-    panic!("the server RPC never timed out: {:?}", ep.metrics());
+    // The client's DATA, of the length it really sends: dropped, every tick.
+    let (_, m) = ticks_to_time_out(300_000, &request_data(200_000, 40_000, 1424, 1424));
+    assert!(m.drops.inconsistent >= 10);
 }
