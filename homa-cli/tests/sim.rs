@@ -58,3 +58,32 @@ fn a_load_above_one_is_an_input_error() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("load 1.5 must be in (0, 1]"), "{}", run.stderr);
 }
+
+/// The module's anti-starvation knobs reach every endpoint: they show in the report and
+/// change the run; out-of-range values are input errors.
+#[test]
+fn fifo_grants_and_picks_are_knobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_with = |extra: &[&str], name: &str| {
+        let json = dir.path().join(name);
+        let mut args = SMALL.to_vec();
+        args.extend(["--workload", "w4", "--load", "0.8", "--json", json.to_str().unwrap()]);
+        args.extend(extra);
+        let run = homa(&args, "");
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(json).unwrap()).unwrap()
+    };
+    let srpt = run_with(&[], "srpt.json");
+    assert_eq!(srpt["protocol"]["grant_fifo_fraction"], 0);
+    assert_eq!(srpt["protocol"]["pacer_fifo_fraction"], 0);
+    let fifo = run_with(&["--grant-fifo", "100", "--pacer-fifo", "100"], "fifo.json");
+    assert_eq!(fifo["protocol"]["grant_fifo_fraction"], 100);
+    assert_eq!(fifo["protocol"]["pacer_fifo_fraction"], 100);
+    assert_ne!(srpt["bins"], fifo["bins"], "FIFO grants and picks changed nothing");
+
+    let mut args = SMALL.to_vec();
+    args.extend(["--workload", "w4", "--grant-fifo", "501"]);
+    let run = homa(&args, "");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("grant_fifo_fraction"), "{}", run.stderr);
+}
