@@ -239,10 +239,13 @@ fn bench_throughput_reports_homa_and_tcp() {
         "0.05",
         "--rounds",
         "1",
+        "--max-incoming",
+        "1000000",
         "--json",
         p,
     ];
     let report = run_json(&args, &path);
+    assert_eq!(report["max_incoming"], 1_000_000, "{report}");
     let results = report["results"].as_array().unwrap();
     for contender in ["homa/udp mtu 1500", "tcp"] {
         for level in [1, 2] {
@@ -257,14 +260,15 @@ fn bench_throughput_reports_homa_and_tcp() {
     }
 }
 
-/// Review finding: time arguments too long to add to a clock panicked (exit 101) instead of
-/// being input errors (exit 2).
+/// Out-of-range arguments are input errors (exit 2). Review finding: time arguments too long
+/// to add to a clock panicked (exit 101).
 #[test]
-fn overlong_time_arguments_are_input_errors() {
+fn out_of_range_arguments_are_input_errors() {
     for (args, says) in [
         (&["client", "--server", "127.0.0.1:9", "--duration", "1e20"][..], "--duration"),
         (&["client", "--server", "127.0.0.1:9", "--drain", "1e15"][..], "--drain"),
         (&["bench", "throughput", "--seconds", "1e20"][..], "--seconds"),
+        (&["bench", "throughput", "--max-incoming", "0"][..], "--max-incoming"),
     ] {
         let run = common::homa(args, "");
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);

@@ -30,8 +30,9 @@ TCP that many connections (TCP_NODELAY), each with one length-framed message at 
 its own thread at both ends. Gbit/s counts request and response bytes. Contenders take turns \
 (--rounds turns of --seconds each, order rotating), so load from elsewhere hits all alike. \
 Homa's pacer is set to 1 Tbit/s; --mtu sets the largest IP packet Homa sends (the loopback \
-device takes 65,536 bytes; with 1500 UDP GSO/GRO batch packets where the kernel can). \
-CPU is this process's user + system time (both ends), per GB moved and as cores busy.")]
+device takes 65,536 bytes; with 1500 UDP GSO/GRO batch packets where the kernel can); \
+--max-incoming caps the bytes a receiver has granted and not yet received (a higher cap means \
+fewer GRANT round trips, each of which wakes a thread at both ends). CPU is this process's user + system time (both ends), per GB moved and as cores busy.")]
 pub(crate) struct Args {
     /// Request size in bytes (Homa's largest message is 1,000,000).
     #[arg(long, default_value_t = 1_000_000)]
@@ -42,6 +43,10 @@ pub(crate) struct Args {
     /// Homa MTUs to run (comma-separated; each is a contender).
     #[arg(long, value_delimiter = ',', default_values_t = [1500, 65535])]
     mtu: Vec<u32>,
+    /// Homa's cap on granted-but-unreceived bytes per receiver (the module's default is
+    /// 400,000, sized for ~100 Gbit/s links; loopback moves more per round trip).
+    #[arg(long, default_value_t = Config::default().max_incoming)]
+    max_incoming: u32,
     /// Homa transports to run (comma-separated: udp, ip, uring, uring-ip).
     #[arg(long, value_delimiter = ',', default_values_t = [TransportKind::Udp])]
     transport: Vec<TransportKind>,
@@ -270,6 +275,9 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     if args.in_flight.is_empty() || args.in_flight.contains(&0) || args.rounds == 0 {
         return Err(Error::Input("--in-flight levels and --rounds must be positive".into()));
     }
+    if args.max_incoming == 0 {
+        return Err(Error::Input("--max-incoming must be positive".into()));
+    }
     if !(args.seconds > 0.0 && args.seconds <= 86_400.0) {
         return Err(Error::Input("--seconds must be positive and at most a day".into()));
     }
@@ -284,7 +292,11 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     for &kind in &args.transport {
         for &mtu in &args.mtu {
             n += 1;
-            let config = Config { timeout_ticks: 2000, ..Config::default() };
+            let config = Config {
+                timeout_ticks: 2000,
+                max_incoming: args.max_incoming,
+                ..Config::default()
+            };
             let builder = Socket::builder().config(config).link_mbps(LOOPBACK_MBPS).mtu(mtu);
             let pair = HomaPair::open(&builder, kind, n, response_len).map_err(|e| e.to_string());
             let name = match &pair {
@@ -388,6 +400,7 @@ fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value
         "seconds_per_turn": args.seconds,
         "rounds": args.rounds,
         "link_mbps": LOOPBACK_MBPS,
+        "max_incoming": args.max_incoming,
         "wall_s": wall.as_secs_f64(),
         "results": results,
         "skipped": skipped,
@@ -403,8 +416,9 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
         if args.echo { "echoed".to_string() } else { format!("{} B responses", args.response) };
     let _ = writeln!(
         s,
-        "homa bench throughput: {} B requests, {response}, loopback; {} turns of {} s per contender and level, interleaved ({:.1} s)",
+        "homa bench throughput: {} B requests, {response}, loopback, Homa max_incoming {}; {} turns of {} s per contender and level, interleaved ({:.1} s)",
         args.size,
+        args.max_incoming,
         args.rounds,
         args.seconds,
         wall.as_secs_f64()
