@@ -31,8 +31,9 @@ its own thread at both ends. Gbit/s counts request and response bytes. Contender
 (--rounds turns of --seconds each, order rotating), so load from elsewhere hits all alike. \
 Homa's pacer is set to 1 Tbit/s; --mtu sets the largest IP packet Homa sends (the loopback \
 device takes 65,536 bytes; with 1500 UDP GSO/GRO batch packets where the kernel can); \
---max-incoming caps the bytes a receiver has granted and not yet received (a higher cap means \
-fewer GRANT round trips, each of which wakes a thread at both ends). CPU is this process's user + system time (both ends), per GB moved and as cores busy.")]
+--max-incoming caps the bytes a receiver has granted and not yet received (a higher cap \
+means fewer GRANT round trips, each of which wakes a thread at both ends). CPU is this \
+process's user + system time (both ends), per GB moved and as cores busy.")]
 pub(crate) struct Args {
     /// Request size in bytes (Homa's largest message is 1,000,000).
     #[arg(long, default_value_t = 1_000_000)]
@@ -43,8 +44,7 @@ pub(crate) struct Args {
     /// Homa MTUs to run (comma-separated; each is a contender).
     #[arg(long, value_delimiter = ',', default_values_t = [1500, 65535])]
     mtu: Vec<u32>,
-    /// Homa's cap on granted-but-unreceived bytes per receiver (the module's default is
-    /// 400,000, sized for ~100 Gbit/s links; loopback moves more per round trip).
+    /// Homa's cap on granted-but-unreceived bytes per receiver (the module's default).
     #[arg(long, default_value_t = Config::default().max_incoming)]
     max_incoming: u32,
     /// Homa transports to run (comma-separated: udp, ip, uring, uring-ip).
