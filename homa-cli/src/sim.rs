@@ -111,14 +111,14 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = homa_sim::SIM_RESEND_TICKS)]
     resend_ticks: u32,
     /// Thousandths of the link rate a receiver grants to its oldest message regardless of
-    /// size (the module's anti-starvation FIFO grants; its default is 50). The paper's Homa
-    /// had none (0).
-    #[arg(long, default_value_t = 0)]
-    grant_fifo: u32,
+    /// size (the module's anti-starvation FIFO grants; its default is 50). Default: the
+    /// paper's Homa, which had none.
+    #[arg(long)]
+    grant_fifo: Option<u32>,
     /// Thousandths of a sender's packets that go to its oldest message instead of the
-    /// shortest (the module's default is 50; the paper's Homa: 0).
-    #[arg(long, default_value_t = 0)]
-    pacer_fifo: u32,
+    /// shortest (the module's default is 50). Default: the paper's Homa, which had none.
+    #[arg(long)]
+    pacer_fifo: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -163,8 +163,8 @@ impl Args {
         endpoint.unsched_bytes = self.unsched_bytes;
         endpoint.window = self.window;
         endpoint = homa_sim::with_resend_ticks(endpoint, self.resend_ticks);
-        endpoint.grant_fifo_fraction = self.grant_fifo;
-        endpoint.pacer_fifo_fraction = self.pacer_fifo;
+        endpoint.grant_fifo_fraction = self.grant_fifo.unwrap_or(endpoint.grant_fifo_fraction);
+        endpoint.pacer_fifo_fraction = self.pacer_fifo.unwrap_or(endpoint.pacer_fifo_fraction);
         if self.unsched_bytes != homa_sim::PAPER_UNSCHED_BYTES {
             let unsched_levels = self.priorities - sched;
             endpoint.unsched_cutoffs =

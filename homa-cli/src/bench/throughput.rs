@@ -275,9 +275,6 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     if args.in_flight.is_empty() || args.in_flight.contains(&0) || args.rounds == 0 {
         return Err(Error::Input("--in-flight levels and --rounds must be positive".into()));
     }
-    if args.max_incoming == 0 {
-        return Err(Error::Input("--max-incoming must be positive".into()));
-    }
     if !(args.seconds > 0.0 && args.seconds <= 86_400.0) {
         return Err(Error::Input("--seconds must be positive and at most a day".into()));
     }
@@ -285,6 +282,9 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     let response_len = (!args.echo).then_some(args.response);
     let tcp_response = if args.echo { u32::MAX } else { args.response as u32 };
     let payload = Arc::new((0..args.size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let config =
+        Config { timeout_ticks: 2000, max_incoming: args.max_incoming, ..Config::default() };
+    config.validate().map_err(|e| Error::Input(format!("--max-incoming: {e}")))?;
     let host_before = host_json();
 
     let mut all = Vec::new();
@@ -292,12 +292,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     for &kind in &args.transport {
         for &mtu in &args.mtu {
             n += 1;
-            let config = Config {
-                timeout_ticks: 2000,
-                max_incoming: args.max_incoming,
-                ..Config::default()
-            };
-            let builder = Socket::builder().config(config).link_mbps(LOOPBACK_MBPS).mtu(mtu);
+            let builder =
+                Socket::builder().config(config.clone()).link_mbps(LOOPBACK_MBPS).mtu(mtu);
             let pair = HomaPair::open(&builder, kind, n, response_len).map_err(|e| e.to_string());
             let name = match &pair {
                 Ok(p) if p.used() != kind => format!("homa/{kind} (as {}) mtu {mtu}", p.used()),
