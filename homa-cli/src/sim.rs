@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use homa_sim::{Mode, SimConfig, Stop, Workload, paper_config, paper_overcommit};
+use homa_sim::{Mode, SimConfig, Stop, Tail, Workload, paper_config, paper_overcommit};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::Error;
@@ -40,6 +40,10 @@ pub(crate) struct Args {
     /// Share of the run before measuring starts.
     #[arg(long, default_value_t = 0.1)]
     warmup: f64,
+    /// After the measured messages: keep background load on while they finish (loaded), or
+    /// stop arrivals and let the network drain as HomaSimulation did (drain).
+    #[arg(long, value_enum, default_value_t = TailArg::Loaded)]
+    tail: TailArg,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// One-way messages (the paper's) or request/response (echo).
@@ -122,6 +126,12 @@ pub(crate) struct Args {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TailArg {
+    Loaded,
+    Drain,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ModeArg {
     Oneway,
     Rpc,
@@ -185,6 +195,10 @@ impl Args {
             (None, None) => Stop::Messages(200_000),
         };
         cfg.warmup = self.warmup;
+        cfg.tail = match self.tail {
+            TailArg::Loaded => Tail::Loaded,
+            TailArg::Drain => Tail::Drain,
+        };
         cfg.seed = self.seed;
         Ok(cfg)
     }

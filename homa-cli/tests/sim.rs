@@ -23,6 +23,7 @@ fn writes_a_table_json_and_a_plot() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["measured"]["completed"], 300);
     assert_eq!(report["protocol"]["overcommit"], 1);
+    assert_eq!(report["tail"], "loaded");
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     // Same seed, same JSON.
     let json2 = dir.path().join("again.json");
@@ -47,6 +48,29 @@ fn bad_workload_files_are_input_errors() {
     let run = homa(&missing, "");
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("neither a built-in workload"), "{}", run.stderr);
+}
+
+/// HomaSimulation's measurement: no warm-up, arrivals stop with the measured messages, the
+/// network drains; bins carry the p99 as its histograms read it.
+#[test]
+fn the_papers_measurement_is_a_choice_of_warm_up_and_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("drain.json");
+    let mut args = SMALL.to_vec();
+    args.extend(["--workload", "w4", "--load", "0.8", "--warmup", "0", "--tail", "drain"]);
+    args.extend(["--json", json.to_str().unwrap()]);
+    let run = homa(&args, "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["tail"], "drain");
+    assert_eq!(report["measured"]["completed"], 300);
+    for bin in report["bins"].as_array().unwrap().iter().filter(|b| b["messages"] != 0) {
+        assert!(bin["p99_histogram"].as_f64().unwrap() <= bin["p99"].as_f64().unwrap());
+    }
+    let mut bad = SMALL.to_vec();
+    bad.extend(["--tail", "forever"]);
+    assert_eq!(homa(&bad, "").code, 2);
 }
 
 /// Review finding: `--load 1.5` ran, although the help says (0..1].

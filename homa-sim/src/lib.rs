@@ -38,5 +38,5 @@ pub use protocol::{
     paper_config, paper_overcommit, wire_bytes_per_message, with_resend_ticks,
 };
 pub use report::Report;
-pub use run::{Mode, Progress, SimConfig, Stop, run};
+pub use run::{Mode, Progress, SimConfig, Stop, Tail, run};
 pub use workload::{Workload, WorkloadError};

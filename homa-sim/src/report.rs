@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::fabric::{PortKind, Topology};
 use crate::paper;
-use crate::run::{Mode, SimConfig, Stop};
+use crate::run::{Mode, SimConfig, Stop, Tail};
 use crate::workload::Workload;
 
 /// Bins with fewer measured messages than this are left out when picking the worst bin
@@ -95,6 +95,24 @@ fn quantile(sorted: &[f32], q: f64) -> f64 {
     f64::from(sorted[rank - 1])
 }
 
+/// The 99th percentile as HomaSimulation's published numbers read it: its OMNeT++ histogram
+/// splits 0 ..= (the largest of the first 10,000 values recorded) into 100 equal cells, later
+/// larger values go to an overflow cell above, and the reported p99 is the lower edge of the
+/// cell holding the 99 % rank. `in_order` is in recording (completion) order.
+fn histogram_p99(in_order: &[f32]) -> f64 {
+    let Some(top) = in_order.iter().take(10_000).copied().reduce(f32::max) else {
+        return f64::NAN;
+    };
+    let mut sorted = in_order.to_vec();
+    sorted.sort_unstable_by(f32::total_cmp);
+    let (top, value) = (f64::from(top), quantile(&sorted, 0.99));
+    let width = top / 100.0;
+    if value > top {
+        return top; // the overflow cell
+    }
+    if width == 0.0 { 0.0 } else { (value / width).floor().min(99.0) * width }
+}
+
 /// Rounds for output: keeps JSON short and stable.
 fn r4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
@@ -111,6 +129,10 @@ pub struct Bin {
     pub mean: Option<f64>,
     pub median: Option<f64>,
     pub p99: Option<f64>,
+    /// The p99 read from a histogram as the paper's simulator read it (see
+    /// RESULTS.md): up to 1 % of `max` below `p99`.
+    pub p99_histogram: Option<f64>,
+    pub max: Option<f64>,
     /// The paper's Homa values for this bin, workload and load, where it has them.
     pub paper_median: Option<f64>,
     pub paper_p99: Option<f64>,
@@ -123,6 +145,7 @@ pub struct Key {
     pub messages: u64,
     pub median: Option<f64>,
     pub p99: Option<f64>,
+    pub p99_histogram: Option<f64>,
     pub paper_p99: Option<f64>,
 }
 
@@ -244,6 +267,7 @@ pub struct Report {
     pub seed: u64,
     pub stop: Stop,
     pub warmup: f64,
+    pub tail: Tail,
     pub topology: Topology,
     pub protocol: ProtocolSummary,
     pub offered: Offered,
@@ -299,6 +323,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
     let mut all: Vec<f32> = Vec::new();
     let mut bins = Vec::new();
     for (i, samples) in x.stats.samples.iter_mut().enumerate() {
+        let p99_histogram = histogram_p99(samples);
         samples.sort_unstable_by(f32::total_cmp);
         all.extend_from_slice(samples);
         let n = samples.len();
@@ -312,6 +337,8 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
             mean: some(mean),
             median: some(quantile(samples, 0.5)),
             p99: some(quantile(samples, 0.99)),
+            p99_histogram: some(p99_histogram),
+            max: some(samples.last().map_or(f64::NAN, |&s| f64::from(s))),
             paper_median: paper_at(upper).map(|b| r4(b.median)),
             paper_p99: paper_at(upper).map(|b| r4(b.p99)),
         });
@@ -324,6 +351,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
         messages: bins[i].messages,
         median: bins[i].median,
         p99: bins[i].p99,
+        p99_histogram: bins[i].p99_histogram,
         paper_p99: bins[i].paper_p99,
     };
     let first = bins.iter().position(|b| b.messages > 0).unwrap_or(0);
@@ -357,6 +385,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
         seed: cfg.seed,
         stop: cfg.stop,
         warmup: cfg.warmup,
+        tail: cfg.tail,
         topology: cfg.topology.clone(),
         protocol: ProtocolSummary {
             priorities: e.num_priorities,
@@ -515,5 +544,27 @@ impl Report {
             let _ = writeln!(s, "{:<22} paper's worst bin p99 {p:.2}", "");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_p99_is_the_lower_edge_of_its_cell() {
+        // 100 values 1..=100: p99 = 99, cells of width 1 -> edge 99.
+        let v: Vec<f32> = (1..=100).map(|i| i as f32).collect();
+        assert_eq!(histogram_p99(&v), 99.0);
+        // One outlier widens the cells: 99 ones and a 1,000 -> cells of 10, p99 = 1 -> 0.
+        let mut v = vec![1.0f32; 99];
+        v.push(1000.0);
+        assert_eq!(histogram_p99(&v), 0.0);
+        // Values after the first 10,000 that exceed their largest fall into the overflow
+        // cell, whose edge caps the p99.
+        let mut v = vec![2.0f32; 10_000];
+        v.extend(std::iter::repeat_n(50.0f32, 200));
+        assert_eq!(histogram_p99(&v), 2.0);
+        assert!(histogram_p99(&[]).is_nan());
     }
 }

@@ -40,6 +40,18 @@ pub enum Stop {
     Duration(u64),
 }
 
+/// What happens once the measured messages have all been created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tail {
+    /// Background messages keep arriving (for at most as long again as the measurement)
+    /// while the measured ones finish, so they all finish under load.
+    Loaded,
+    /// Arrivals stop at once and the network drains, as in HomaSimulation's runs: the last
+    /// measured messages finish on an emptying network.
+    Drain,
+}
+
 /// Everything a run depends on. The same value gives the same [`Report`].
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -52,6 +64,7 @@ pub struct SimConfig {
     pub stop: Stop,
     /// Share of the run (messages or time) before measuring starts.
     pub warmup: f64,
+    pub tail: Tail,
     pub seed: u64,
     /// Every host's endpoint configuration (its `seed` is replaced per host).
     pub endpoint: Config,
@@ -76,6 +89,7 @@ impl SimConfig {
             mode: Mode::OneWay,
             stop: Stop::Messages(200_000),
             warmup: 0.1,
+            tail: Tail::Loaded,
             seed: 1,
             endpoint,
             bins: Vec::new(),
@@ -362,7 +376,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
     let mut window: Option<(u64, u64, u64)> = None; // (length, uplink wire bytes, delivered)
     let mut delivered_at_start = 0;
     let mut last_progress = 0u64;
-    let mut drain_deadline = u64::MAX;
+    let mut loaded_until = u64::MAX;
     let mut hops_before = 0u64;
     loop {
         let t = next as u64;
@@ -393,11 +407,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
                     .sum();
                 let delivered = driver.delivered_bytes - delivered_at_start;
                 window = Some(((t - start).max(1), uplink, delivered));
-                // Background traffic goes on for as long again, so measured messages still
-                // in flight finish under load; then arrivals stop.
-                drain_deadline = t + (t - start);
+                loaded_until = t + (t - start);
             }
-            if driver.measured_live == 0 || t > drain_deadline {
+            let stop_arrivals = match cfg.tail {
+                Tail::Loaded => t > loaded_until,
+                Tail::Drain => true,
+            };
+            if driver.measured_live == 0 || stop_arrivals {
                 break;
             }
         }
@@ -437,9 +453,14 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         flush(&mut net, &mut driver);
         next += exp(&mut rng);
     }
-    // Stragglers finish on a network that now only drains (bounded by another window).
+    // Stragglers finish on a network that now only drains: after a loaded tail, within
+    // another window; a draining tail waits for all of them, as HomaSimulation did (RPC
+    // timeouts end any that cannot finish).
     let (window_ns, uplink_bytes, delivered) = window.unwrap_or((1, 0, 0));
-    let limit = net.now() + window_ns;
+    let limit = match cfg.tail {
+        Tail::Loaded => net.now() + window_ns,
+        Tail::Drain => u64::MAX,
+    };
     while driver.measured_live > 0 && net.next_time().is_some_and(|t| t <= limit) {
         net.step(&mut driver);
         flush(&mut net, &mut driver);

@@ -1,7 +1,7 @@
 //! Small simulations end to end: sane slowdowns, the idle-network reference, long messages,
 //! request/response, finite buffers, and determinism.
 
-use homa_sim::{Mode, SimConfig, Stop, Workload, paper_config, run, with_resend_ticks};
+use homa_sim::{Mode, SimConfig, Stop, Tail, Workload, paper_config, run, with_resend_ticks};
 
 /// 16 hosts in 2 racks of 8 under 2 spines: every path kind, small enough for debug builds.
 fn small(workload: Workload, load: f64, messages: u64) -> SimConfig {
@@ -86,6 +86,23 @@ fn finite_buffers_drop_and_messages_still_complete() {
     assert!(report.core.retransmitted_packets > 0);
     assert_eq!(report.measured.completed + report.measured.unfinished, 300);
     assert!(report.measured.completed >= 290, "{}", report.table());
+}
+
+#[test]
+fn a_draining_tail_stops_arrivals_with_the_last_measured_message() {
+    let loaded = small(mixed(), 0.8, 500);
+    let drain = SimConfig { tail: Tail::Drain, warmup: 0.0, ..loaded.clone() };
+    let loaded = run(&loaded, &mut |_| {}).unwrap();
+    let drain = run(&drain, &mut |_| {}).unwrap();
+    assert_eq!(drain.tail, Tail::Drain);
+    assert_eq!(drain.measured.completed, 500, "{}", drain.table());
+    // Without warm-up or background traffic after the measured messages, every DATA packet
+    // belongs to a measured message.
+    assert!(drain.core.data_packets < loaded.core.data_packets);
+    for b in drain.bins.iter().filter(|b| b.messages > 0) {
+        let (p99, hist, max) = (b.p99.unwrap(), b.p99_histogram.unwrap(), b.max.unwrap());
+        assert!(hist <= p99 && p99 - hist <= max / 100.0 + 1e-3, "{b:?}");
+    }
 }
 
 #[test]
