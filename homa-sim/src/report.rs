@@ -129,9 +129,11 @@ pub struct Bin {
     pub mean: Option<f64>,
     pub median: Option<f64>,
     pub p99: Option<f64>,
-    /// The p99 read from a histogram as the paper's simulator read it (see
-    /// RESULTS.md): up to 1 % of `max` below `p99`.
+    /// The p99 as the paper's simulator read it from a histogram (see RESULTS.md): never
+    /// above `p99`, and at most 1 % of the histogram's range below it unless its overflow
+    /// cell caps it.
     pub p99_histogram: Option<f64>,
+    /// The bin's largest slowdown.
     pub max: Option<f64>,
     /// The paper's Homa values for this bin, workload and load, where it has them.
     pub paper_median: Option<f64>,
