@@ -95,22 +95,19 @@ fn quantile(sorted: &[f32], q: f64) -> f64 {
     f64::from(sorted[rank - 1])
 }
 
-/// The 99th percentile as HomaSimulation's published numbers read it: its OMNeT++ histogram
-/// splits 0 ..= (the largest of the first 10,000 values recorded) into 100 equal cells, later
-/// larger values go to an overflow cell above, and the reported p99 is the lower edge of the
-/// cell holding the 99 % rank. `in_order` is in recording (completion) order.
-fn histogram_p99(in_order: &[f32]) -> f64 {
-    let Some(top) = in_order.iter().take(10_000).copied().reduce(f32::max) else {
-        return f64::NAN;
-    };
-    let mut sorted = in_order.to_vec();
-    sorted.sort_unstable_by(f32::total_cmp);
-    let (top, value) = (f64::from(top), quantile(&sorted, 0.99));
-    let width = top / 100.0;
-    if value > top {
+/// HomaSimulation's OMNeT++ histograms span 0 ..= the largest of the first this many values
+/// recorded.
+const HISTOGRAM_RANGE_VALUES: usize = 10_000;
+
+/// The 99th percentile `p99` as HomaSimulation's published numbers read it: the histogram
+/// splits 0 ..= `top` (see [`HISTOGRAM_RANGE_VALUES`]) into 100 equal cells, larger values go
+/// to an overflow cell above, and the reported p99 is the lower edge of the cell holding it.
+fn histogram_p99(p99: f64, top: f64) -> f64 {
+    if p99 > top {
         return top; // the overflow cell
     }
-    if width == 0.0 { 0.0 } else { (value / width).floor().min(99.0) * width }
+    let width = top / 100.0;
+    if width == 0.0 { 0.0 } else { (p99 / width).floor().min(99.0) * width }
 }
 
 /// Rounds for output: keeps JSON short and stable.
@@ -325,8 +322,10 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
     let mut all: Vec<f32> = Vec::new();
     let mut bins = Vec::new();
     for (i, samples) in x.stats.samples.iter_mut().enumerate() {
-        let p99_histogram = histogram_p99(samples);
+        // Before sorting: samples are in completion order.
+        let top = samples.iter().take(HISTOGRAM_RANGE_VALUES).copied().fold(f32::NAN, f32::max);
         samples.sort_unstable_by(f32::total_cmp);
+        let p99 = quantile(samples, 0.99);
         all.extend_from_slice(samples);
         let n = samples.len();
         let some = |v: f64| (n > 0).then(|| r4(v));
@@ -338,8 +337,8 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
             messages: n as u64,
             mean: some(mean),
             median: some(quantile(samples, 0.5)),
-            p99: some(quantile(samples, 0.99)),
-            p99_histogram: some(p99_histogram),
+            p99: some(p99),
+            p99_histogram: some(histogram_p99(p99, f64::from(top))),
             max: some(samples.last().map_or(f64::NAN, |&s| f64::from(s))),
             paper_median: paper_at(upper).map(|b| r4(b.median)),
             paper_p99: paper_at(upper).map(|b| r4(b.p99)),
@@ -555,18 +554,14 @@ mod tests {
 
     #[test]
     fn histogram_p99_is_the_lower_edge_of_its_cell() {
-        // 100 values 1..=100: p99 = 99, cells of width 1 -> edge 99.
-        let v: Vec<f32> = (1..=100).map(|i| i as f32).collect();
-        assert_eq!(histogram_p99(&v), 99.0);
-        // One outlier widens the cells: 99 ones and a 1,000 -> cells of 10, p99 = 1 -> 0.
-        let mut v = vec![1.0f32; 99];
-        v.push(1000.0);
-        assert_eq!(histogram_p99(&v), 0.0);
-        // Values after the first 10,000 that exceed their largest fall into the overflow
-        // cell, whose edge caps the p99.
-        let mut v = vec![2.0f32; 10_000];
-        v.extend(std::iter::repeat_n(50.0f32, 200));
-        assert_eq!(histogram_p99(&v), 2.0);
-        assert!(histogram_p99(&[]).is_nan());
+        // 0..=100 in cells of 1: p99 99.5 reads as 99.
+        assert_eq!(histogram_p99(99.5, 100.0), 99.0);
+        // An outlier of 1,000 makes cells of 10: p99 1 reads as 0.
+        assert_eq!(histogram_p99(1.0, 1000.0), 0.0);
+        // The largest value itself is in the last cell.
+        assert_eq!(histogram_p99(100.0, 100.0), 99.0);
+        // A p99 above the range (values after the first 10,000) is capped by the overflow
+        // cell's edge.
+        assert_eq!(histogram_p99(50.0, 2.0), 2.0);
     }
 }
