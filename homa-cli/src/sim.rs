@@ -83,10 +83,6 @@ pub(crate) struct Args {
     /// Host NICs send in the order packets are handed to them (default: by priority).
     #[arg(long)]
     fifo_nic: bool,
-    /// Extra NIC speed for the control packets the pacer does not count (0.06 = 6 %;
-    /// default: one GRANT per full DATA packet).
-    #[arg(long)]
-    nic_headroom: Option<f64>,
     /// Buffer per switch port in KB (all priorities together); default unlimited. Drops are
     /// recovered by RESEND: pair it with a lower --resend-ticks (the module uses 5).
     #[arg(long)]
@@ -180,8 +176,6 @@ impl Args {
             endpoint.unsched_cutoffs =
                 homa_sim::cutoffs_for_workload(&cfg.workload, &endpoint, unsched_levels.max(1));
         }
-        cfg.topology.nic_headroom =
-            self.nic_headroom.unwrap_or_else(|| homa_sim::control_headroom(&endpoint));
         cfg.endpoint = endpoint;
         cfg.mode = match self.mode {
             ModeArg::Oneway => Mode::OneWay,

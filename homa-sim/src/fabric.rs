@@ -34,11 +34,6 @@ pub struct Topology {
     /// most real NICs (the core emits control packets and messages of at most
     /// `defer_min_bytes` without pacing, so they queue in the NIC in emission order).
     pub nic_priority: bool,
-    /// Host NICs run this much faster than `host_bps` (0.06 = 6 %).
-    /// The core's pacer releases data at `host_bps` but does not count the control packets
-    /// (GRANTs) it emits, so on a NIC of exactly `host_bps` a host that sends and receives at
-    /// once builds an ever longer NIC queue; the headroom carries those packets instead.
-    pub nic_headroom: f64,
     /// Byte limit of each switch output port's queues together (all 8 levels); `None` is
     /// unlimited. Packets that do not fit are dropped and counted; they are recovered by
     /// RESEND, which `paper_config` delays to 100 ms (lower `Config::resend_ticks` here).
@@ -63,18 +58,12 @@ impl Topology {
             host_recv_delay: 500,
             wire_overhead: 20 + homa_core::config::ETH_OVERHEAD,
             nic_priority: true,
-            nic_headroom: 0.0,
             buffer_bytes: None,
         }
     }
 
     pub fn racks(&self) -> usize {
         self.hosts.div_ceil(self.hosts_per_rack)
-    }
-
-    /// Bits per second of a host NIC.
-    pub fn nic_bps(&self) -> u64 {
-        (self.host_bps as f64 * (1.0 + self.nic_headroom)) as u64
     }
 
     pub fn rack_of(&self, host: usize) -> usize {
@@ -85,7 +74,7 @@ impl Topology {
     /// the next transmitter may start: propagation plus the next node's fixed delay).
     pub fn path(&self, src: usize, dst: usize) -> Vec<(u64, u64)> {
         let (d, sw) = (self.link_delay, self.switch_delay);
-        let first = (self.nic_bps(), self.host_send_delay + d + sw);
+        let first = (self.host_bps, self.host_send_delay + d + sw);
         let last = (self.host_bps, d + self.host_recv_delay);
         if self.rack_of(src) == self.rack_of(dst) || self.spines == 0 {
             vec![first, last]
@@ -139,9 +128,6 @@ impl Topology {
         }
         if self.host_bps == 0 || self.fabric_bps == 0 {
             return Err("link rates must be positive".into());
-        }
-        if !(self.nic_headroom >= 0.0 && self.nic_headroom.is_finite()) {
-            return Err("NIC headroom must be a non-negative number".into());
         }
         if self.hosts > 1 << 17 {
             return Err("at most 131072 hosts".into());
@@ -229,7 +215,7 @@ impl Fabric {
             let r = topo.rack_of(i);
             let tor = tors[r];
             let up_delay = topo.host_send_delay + d + sw;
-            let up = link(&mut net, h, tor, topo.nic_bps(), up_delay, None);
+            let up = link(&mut net, h, tor, topo.host_bps, up_delay, None);
             net.link_mut(up).fifo = !topo.nic_priority;
             host_up.push(up);
             let down = d + topo.host_recv_delay;
@@ -283,15 +269,6 @@ mod tests {
         for i in [0, 1, 143, 255, 256, 1023, 70_000] {
             assert_eq!(host_of(host_addr(i)), Some(i));
         }
-    }
-
-    #[test]
-    fn a_bad_nic_headroom_is_refused() {
-        for bad in [-1.0, -0.5, f64::NAN, f64::INFINITY] {
-            let t = Topology { nic_headroom: bad, ..Topology::paper() };
-            assert!(t.validate().unwrap_err().contains("NIC headroom"), "{bad}");
-        }
-        assert!(Topology { nic_headroom: 0.06, ..Topology::paper() }.validate().is_ok());
     }
 
     #[test]

@@ -33,9 +33,9 @@ mod workload;
 
 pub use fabric::{Fabric, PortKind, Topology, host_addr, host_of};
 pub use protocol::{
-    PAPER_PAYLOAD, PAPER_RTT_BYTES, PAPER_UNSCHED_BYTES, SIM_RESEND_TICKS, control_headroom,
-    cutoffs_for_workload, data_packets, data_wire_bytes, grant_wire_bytes, grants_for,
-    paper_config, paper_overcommit, wire_bytes_per_message, with_resend_ticks,
+    PAPER_PAYLOAD, PAPER_RTT_BYTES, PAPER_UNSCHED_BYTES, SIM_RESEND_TICKS, cutoffs_for_workload,
+    data_packets, data_wire_bytes, grant_wire_bytes, grants_for, paper_config, paper_overcommit,
+    wire_bytes_per_message, with_resend_ticks,
 };
 pub use report::Report;
 pub use run::{Mode, Progress, SimConfig, Stop, Tail, run};

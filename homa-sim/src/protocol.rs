@@ -127,12 +127,6 @@ pub fn grant_wire_bytes(config: &Config) -> u32 {
     wire::grant::HEADER_LEN as u32 + config.outer_header_bytes + ETH_OVERHEAD
 }
 
-/// NIC headroom for the control packets the core's pacer does not count: a GRANT for every
-/// full DATA packet received (see `Topology::nic_headroom`).
-pub fn control_headroom(config: &Config) -> f64 {
-    f64::from(grant_wire_bytes(config)) / f64::from(data_wire_bytes(config.max_payload(), config))
-}
-
 /// GRANTs a receiver sends for a message of `len` bytes when its packets arrive in order
 /// and it is granted to at once: one per arriving packet while `received + window` passes
 /// what is granted, until the whole message is granted.

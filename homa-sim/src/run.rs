@@ -78,10 +78,9 @@ impl SimConfig {
     /// overcommitment for the workload (4 for workloads it did not use), one-way messages.
     pub fn paper(workload: Workload, load: f64) -> SimConfig {
         let overcommit = protocol::paper_overcommit(workload.name()).unwrap_or(4);
-        let mut topology = Topology::paper();
+        let topology = Topology::paper();
         let mbps = (topology.host_bps / 1_000_000) as u32;
         let endpoint = protocol::paper_config(&workload, mbps, 8, overcommit, overcommit);
-        topology.nic_headroom = protocol::control_headroom(&endpoint);
         SimConfig {
             topology,
             workload,

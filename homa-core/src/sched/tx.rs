@@ -4,8 +4,8 @@
 //! retransmissions (never held back), then new data of the message with the fewest bytes
 //! left (SRPT), except that every `1000 / pacer_fifo_fraction`-th pick goes to the oldest
 //! message so long ones are not starved. New data waits while the pacer's estimate of the
-//! NIC queue exceeds `max_nic_est_backlog_usecs`, unless its message has at most
-//! `defer_min_bytes` left.
+//! NIC queue (every packet sent, control packets too) exceeds `max_nic_est_backlog_usecs`,
+//! unless its message has at most `defer_min_bytes` left.
 
 use alloc::collections::{BinaryHeap, VecDeque};
 use core::cmp::Reverse;
