@@ -35,6 +35,20 @@ fn slowdowns_are_sane_and_short_messages_fare_better_at_load() {
     assert_eq!(report.core.retransmitted_packets, 0);
 }
 
+/// Host NICs run at exactly the link rate, so a host that GRANTs what it receives while it
+/// sends keeps its NIC queue short only because the pacer counts the GRANTs too (RESULTS
+/// §5.3: without that, this run's host NIC peak was 44,973 B, and grew with the run).
+#[test]
+fn a_host_that_sends_and_receives_keeps_its_nic_queue_short() {
+    let report = run(&small(mixed(), 0.8, 2000), &mut |_| {}).unwrap();
+    let full_packet = 1_560; // a full DATA packet on the wire: IP header and framing included
+    assert!(
+        report.queues.host_nic_peak_bytes < 4 * full_packet,
+        "host NIC peak {} B",
+        report.queues.host_nic_peak_bytes
+    );
+}
+
 #[test]
 fn an_idle_network_meets_the_ideal_time() {
     // At 1 % load messages hardly meet: slowdowns sit at 1, so the analytic idle-network
