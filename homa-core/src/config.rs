@@ -274,6 +274,12 @@ impl Config {
         u64::from(self.tick_usecs) * NANOS_PER_USEC
     }
 
+    /// Bytes a Homa packet of `packet_len` bytes (common header on) takes on the link: plus
+    /// the outer (IP) header and Ethernet framing. The pacer counts this for every packet.
+    pub fn wire_bytes(&self, packet_len: usize) -> u32 {
+        packet_len as u32 + self.outer_header_bytes + ETH_OVERHEAD
+    }
+
     /// Time to put `wire_bytes` on the link.
     pub(crate) fn wire_time(&self, wire_bytes: u32) -> Duration {
         // bytes * 8 bits / (Mbit/s) = µs; in ns: bytes * 8000 / mbps.

@@ -4,7 +4,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::net::SocketAddr;
 
-use crate::config::{Config, ConfigError, ETH_OVERHEAD};
+use crate::config::{Config, ConfigError};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, type_index};
 use crate::msg::incoming::{InMessage, Rejected};
@@ -445,7 +445,7 @@ impl Endpoint {
         let len = repr.emit(buf).expect("buffer holds max_packet_len >= 80 bytes");
         self.count_out(repr.packet_type(), len);
         // The NIC sends control packets too: the module's qdisc counts every Homa packet.
-        self.tx.pacer.record(self.now, self.config.wire_time(self.wire_bytes(len)));
+        self.tx.pacer.record(self.now, self.config.wire_time(self.config.wire_bytes(len)));
         Transmit { to: c.to, len, priority: self.config.num_priorities - 1 }
     }
 
@@ -602,14 +602,9 @@ impl Endpoint {
             }
         };
         let to = x.addr;
-        self.tx.pacer.record(self.now, self.config.wire_time(self.wire_bytes(len)));
+        self.tx.pacer.record(self.now, self.config.wire_time(self.config.wire_bytes(len)));
         self.count_out(PacketType::Data, len);
         Some(Transmit { to, len: written, priority })
-    }
-
-    /// Bytes a Homa packet of `len` bytes takes on the link: outer header and Ethernet framing.
-    fn wire_bytes(&self, len: usize) -> u32 {
-        len as u32 + self.config.outer_header_bytes + ETH_OVERHEAD
     }
 
     fn count_out(&mut self, t: PacketType, len: usize) {

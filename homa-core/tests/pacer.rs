@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 
-use homa_core::config::ETH_OVERHEAD;
 use homa_core::wire::{self, PacketType};
 use homa_core::{Config, Endpoint};
 
@@ -52,8 +51,7 @@ fn a_grant_takes_its_wire_time_from_the_data_behind_it() {
     let (busy, sent) = data_times(true, &config);
     assert_eq!(sent[..2], [PacketType::Grant, PacketType::Data], "control goes first");
     // Nanoseconds on a 1 Gbit/s link for a Homa packet of `len` bytes.
-    let wire_ns =
-        |len: usize| (len as u64 + u64::from(config.outer_header_bytes + ETH_OVERHEAD)) * 8;
+    let wire_ns = |len: usize| u64::from(config.wire_bytes(len)) * 8;
     let grant_ns = wire_ns(wire::grant::HEADER_LEN);
     let data_ns = wire_ns(wire::data::HEADER_LEN + config.max_payload() as usize);
     assert_eq!(quiet, [0, data_ns, 2 * data_ns], "one full packet's wire time apart");

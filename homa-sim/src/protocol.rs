@@ -2,7 +2,6 @@
 //! computed from a workload, and the packets a message becomes on the wire.
 
 use homa_core::Config;
-use homa_core::config::ETH_OVERHEAD;
 use homa_core::wire::{self, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 
 use crate::workload::Workload;
@@ -119,12 +118,12 @@ pub fn data_packets(len: u64, config: &Config) -> impl Iterator<Item = u32> {
 /// Bytes a DATA packet with `payload` message bytes occupies on the wire: Homa header, the
 /// outer (IP) header and Ethernet framing.
 pub fn data_wire_bytes(payload: u32, config: &Config) -> u32 {
-    payload + wire::data::HEADER_LEN as u32 + config.outer_header_bytes + ETH_OVERHEAD
+    config.wire_bytes(wire::data::HEADER_LEN + payload as usize)
 }
 
 /// Bytes a GRANT occupies on the wire.
 pub fn grant_wire_bytes(config: &Config) -> u32 {
-    wire::grant::HEADER_LEN as u32 + config.outer_header_bytes + ETH_OVERHEAD
+    config.wire_bytes(wire::grant::HEADER_LEN)
 }
 
 /// GRANTs a receiver sends for a message of `len` bytes when its packets arrive in order

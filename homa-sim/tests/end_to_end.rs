@@ -1,7 +1,9 @@
 //! Small simulations end to end: sane slowdowns, the idle-network reference, long messages,
 //! request/response, finite buffers, and determinism.
 
-use homa_sim::{Mode, SimConfig, Stop, Tail, Workload, paper_config, run, with_resend_ticks};
+use homa_sim::{
+    Mode, SimConfig, Stop, Tail, Workload, data_wire_bytes, paper_config, run, with_resend_ticks,
+};
 
 /// 16 hosts in 2 racks of 8 under 2 spines: every path kind, small enough for debug builds.
 fn small(workload: Workload, load: f64, messages: u64) -> SimConfig {
@@ -40,10 +42,11 @@ fn slowdowns_are_sane_and_short_messages_fare_better_at_load() {
 /// §5.3: without that, this run's host NIC peak was 44,973 B, and grew with the run).
 #[test]
 fn a_host_that_sends_and_receives_keeps_its_nic_queue_short() {
-    let report = run(&small(mixed(), 0.8, 2000), &mut |_| {}).unwrap();
-    let full_packet = 1_560; // a full DATA packet on the wire: IP header and framing included
+    let cfg = small(mixed(), 0.8, 2000);
+    let report = run(&cfg, &mut |_| {}).unwrap();
+    let full_packet = data_wire_bytes(cfg.endpoint.max_payload(), &cfg.endpoint);
     assert!(
-        report.queues.host_nic_peak_bytes < 4 * full_packet,
+        report.queues.host_nic_peak_bytes < 4 * u64::from(full_packet),
         "host NIC peak {} B",
         report.queues.host_nic_peak_bytes
     );
