@@ -463,6 +463,9 @@ impl Shared {
         }
         inner.blind = !on;
         inner.grace = None;
+        if on {
+            inner.waiter_in_use(false);
+        }
         // Removed from the epoll set, not just muted: a muted entry still sits on the
         // socket's wait queue and costs every arriving packet a callback.
         let op = if on { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_DEL };
@@ -574,6 +577,9 @@ impl Shared {
         // (it needs `poll`) is asked for. The receive call has no timeout: a deadline is
         // the driver thread's to enforce (it wakes the leader).
         let use_waiter = self.has_waiter && self.busy_poll.is_none();
+        if !use_waiter {
+            inner.waiter_in_use(false); // `poll` watches the readiness fd
+        }
         loop {
             let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
             if inner.closed || done(&inner) || expired {
@@ -584,6 +590,11 @@ impl Shared {
                 return r;
             }
             if use_waiter {
+                // Unless an event loop watches it, the readiness fd goes unwatched until
+                // the driver thread watches again (`watch_transport`), across calls in a
+                // loop.
+                let unwatched = !inner.attached;
+                inner.waiter_in_use(unwatched);
                 inner.leader_blocking = true;
                 if let Some(u) = until {
                     let left = u.saturating_duration_since(std::time::Instant::now());
@@ -613,10 +624,14 @@ impl Shared {
                 while let Some(u) = waiter.poll_unreachable() {
                     inner.endpoint.handle_unreachable(u.peer, u.port);
                 }
-                inner.feed(now, batch);
-                if batch.is_full() {
-                    inner.drain(now); // answer this batch before taking more
-                    inner.receive(now); // more may be waiting
+                if waiter.only_waits() {
+                    inner.receive(now);
+                } else {
+                    inner.feed(now, batch);
+                    if batch.is_full() {
+                        inner.drain(now); // answer this batch before taking more
+                        inner.receive(now); // more may be waiting
+                    }
                 }
                 drop(w);
                 // The leader has just received, as the driver thread does before running
@@ -739,6 +754,7 @@ impl Shared {
             inner.attached = true;
             inner.loop_thread = Some(std::thread::current().id());
             self.watch_transport(&mut inner, false);
+            inner.waiter_in_use(false); // the loop watches the readiness fd
             Ok(self.readiness)
         };
         self.release(inner);
@@ -947,7 +963,7 @@ impl Shared {
             // swallow the datagram that wakes the leader.
             if !inner.leader_blocking {
                 inner.receive(now);
-            } else if fired && readable(self.readiness) {
+            } else if fired && inner.input_waiting() {
                 // Datagrams wait and the leader is being woken for them: it runs the due
                 // timers once it has taken them. Run here first, they would judge silent
                 // what sits in the queue (RESENDs, duplicate retransmissions); look again
@@ -961,13 +977,6 @@ impl Shared {
             self.release(inner);
         }
     }
-}
-
-/// Whether datagrams wait on `fd` now (POLLERR alone is no datagram).
-fn readable(fd: RawFd) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one live pollfd; no waiting.
-    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
 impl Inner {
@@ -1130,6 +1139,18 @@ impl Inner {
     fn read_errors(&mut self) {
         if let Some(t) = self.transport.as_mut() {
             t.read_errors();
+        }
+    }
+
+    /// Whether datagrams wait to be received (`Transport::input_waiting`).
+    fn input_waiting(&mut self) -> bool {
+        self.transport.as_mut().is_some_and(|t| t.input_waiting())
+    }
+
+    /// Tells the transport whether its waiter is in use (`Transport::waiter_in_use`).
+    fn waiter_in_use(&mut self, in_use: bool) {
+        if let Some(t) = self.transport.as_mut() {
+            t.waiter_in_use(in_use);
         }
     }
 

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::str::FromStr;
 
 use homa_core::PayloadSlice;
@@ -331,6 +331,18 @@ pub trait Transport: Send + fmt::Debug {
     fn waiter(&mut self) -> Option<WaitHandle> {
         None
     }
+
+    /// Whether datagrams wait to be received: by default, whether the readiness fd is
+    /// readable.
+    fn input_waiting(&mut self) -> bool {
+        sys::readable(self.readiness_fd().as_raw_fd())
+    }
+
+    /// A thread is about to wait through the [`waiter`](Transport::waiter) and nobody
+    /// watches the readiness fd (`true`, before every such wait), or the readiness fd is
+    /// watched again (`false`: it must be readable while anything waits to be received).
+    /// io_uring stops its eventfd meanwhile, saving a system call per send and receive.
+    fn waiter_in_use(&mut self, _in_use: bool) {}
 }
 
 /// A receiver that blocks in the kernel ([`Transport::waiter`]), and how to wake it.
@@ -356,6 +368,12 @@ pub trait Waiter: Send + fmt::Debug {
     /// `batch` (until full), like [`Transport::recv`]. May return with nothing: after a
     /// wake-up, a signal or an error report; the caller decides whether to wait again.
     fn wait(&mut self, batch: &mut Batch) -> io::Result<()>;
+
+    /// Whether [`wait`](Waiter::wait) only waits and appends nothing: what arrived is then
+    /// taken with [`Transport::recv`] (io_uring, whose receive buffers are the transport's).
+    fn only_waits(&self) -> bool {
+        false
+    }
 
     /// A peer found unreachable by [`wait`](Waiter::wait) since the last call.
     fn poll_unreachable(&mut self) -> Option<Unreachable>;

@@ -194,6 +194,13 @@ impl MmsgScratch {
     }
 }
 
+/// Whether datagrams wait on `fd` now (POLLERR alone is no datagram).
+pub(super) fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd; no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
 /// Whether a failed send or receive may have reported a socket error pending from an ICMP
 /// error (with IP_RECVERR every one is also queued, with its details, on the error queue):
 /// anything but "try again" and errors about our own descriptor or buffers. The queue must

@@ -1,5 +1,10 @@
 //! [`UringTransport`]: the same sockets as [`SocketTransport`], driven through io_uring:
-//! receives stay posted in the ring, a batch of sends is one submission.
+//! a receive stays posted in the ring, a batch of sends is one submission.
+//!
+//! A waiting thread sleeps in the ring itself (`io_uring_enter` for a completion, see
+//! [`UringWaiter`]) where the kernel offers `IORING_OP_MSG_RING` to wake it: a socket receive
+//! completes through task work on the thread that submitted it, which is then the waiting
+//! thread, so one wake-up per packet, as with a plain blocking receive.
 
 use std::fmt;
 use std::io;
@@ -7,23 +12,32 @@ use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use homa_core::PayloadSlice;
 use io_uring::{IoUring, Probe, opcode, squeue, types};
 
-use super::socket::{BATCH, SocketTransport};
+use super::socket::SocketTransport;
 use super::sys::{self, CmsgBuf};
 use super::{
     Batch, Datagram, RECV_SLOT_LEN, Transport, TransportKind, TransportStats, Unreachable,
+    WaitHandle, Waiter,
 };
 
 /// Ring size; holds every posted receive and send with room to spare.
 const RING_ENTRIES: u32 = 256;
 /// Sends in flight at once.
 const SEND_SLOTS: usize = 64;
-/// `user_data` tags: receive slots are `0..BATCH`, send slots `SEND | i`.
+/// Receives posted at once. One: each posted receive arms a poll of its own on the socket,
+/// and a datagram wakes them all (each retries, all but one find nothing and arm again), so
+/// with 32 posted a 100-byte round trip took over three times as long as with one.
+const RECV_SLOTS: usize = 1;
+/// `user_data` tags: receive slots are `0..RECV_SLOTS`, send slots `SEND | i`.
 const SEND: u64 = 1 << 32;
 const CANCEL: u64 = 1 << 33;
+/// A completion a [`Kicker`] posted into the ring (not an operation of ours).
+const WAKE: u64 = 1 << 34;
 
 /// One posted `recvmsg`: its buffer, source address, and the headers pointing at them.
 struct RecvSlot {
@@ -67,6 +81,12 @@ pub struct UringTransport {
     /// The readiness fd: the ring signals it for every completion, and we signal it when
     /// completions were reaped (during a send) but their datagrams not yet handed out.
     ready_fd: OwnedFd,
+    /// Whether the kernel has `IORING_OP_MSG_RING` (a [`UringWaiter`] can be woken).
+    msg_ring: bool,
+    /// Wakes the [`UringWaiter`], once there is one.
+    kicker: Option<Arc<Kicker>>,
+    /// The waiter is in use: the eventfd is off.
+    quiet: bool,
 }
 
 /// The ring and the buffers its operations use.
@@ -100,6 +120,7 @@ impl UringTransport {
         if let Err(e) = ring.submitter().register_probe(&mut probe) {
             return Err(fail(socket, format!("cannot probe opcodes: {e}")));
         }
+        let msg_ring = probe.is_supported(opcode::MsgRingData::CODE);
         for (code, name) in [
             (opcode::RecvMsg::CODE, "RECVMSG"),
             (opcode::SendMsg::CODE, "SENDMSG"),
@@ -111,7 +132,7 @@ impl UringTransport {
         }
         // SAFETY: all-zero bytes are valid for these plain C structs.
         let zero = || unsafe { (mem::zeroed(), mem::zeroed(), mem::zeroed()) };
-        let recv = (0..BATCH)
+        let recv = (0..RECV_SLOTS)
             .map(|_| {
                 let (name, iov, msg) = zero();
                 let buf: Box<[u8]> = vec![0; RECV_SLOT_LEN + 64].into();
@@ -146,12 +167,12 @@ impl UringTransport {
             return Err(fail(socket, format!("cannot register an eventfd: {e}")));
         }
         let fd = socket.fd();
-        let posted = (0..BATCH).try_for_each(|i| ring.post_recv(fd, i));
+        let posted = (0..RECV_SLOTS).try_for_each(|i| ring.post_recv(fd, i));
         if let Err(e) = posted.and_then(|()| ring.ring.submit().map(drop)) {
             drop(ring); // cancels what was posted
             return Err(fail(socket, format!("cannot post receives: {e}")));
         }
-        Ok(UringTransport { ring, socket, ready_fd })
+        Ok(UringTransport { ring, socket, ready_fd, msg_ring, kicker: None, quiet: false })
     }
 }
 
@@ -182,12 +203,18 @@ impl Ring {
     }
 
     /// Takes every completion: finished receives wait in `ready`; finished sends free
-    /// their slots and are returned as (slot, result).
-    fn reap(&mut self) -> Vec<(usize, i32)> {
+    /// their slots and are returned as (slot, result). Also says whether a wake-up was
+    /// among them.
+    fn reap(&mut self) -> (Vec<(usize, i32)>, bool) {
         let done: Vec<(u64, i32)> =
             self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         let mut sends = Vec::new();
+        let mut woken = false;
         for (tag, res) in done {
+            if tag == WAKE {
+                woken = true;
+                continue;
+            }
             self.in_flight -= 1;
             if tag & CANCEL != 0 {
                 continue;
@@ -202,7 +229,7 @@ impl Ring {
                 self.ready.push_back(tag as usize);
             }
         }
-        sends
+        (sends, woken)
     }
 
     /// Cancels every posted operation and waits until the kernel has released them all.
@@ -283,6 +310,7 @@ impl Transport for UringTransport {
 
     fn send(&mut self, batch: &mut Batch) -> io::Result<()> {
         let (fd, v6) = (self.socket.fd(), self.socket.v6);
+        let mut woken = false;
         for k in 0..batch.len() {
             let (d, bytes) = batch.get(k);
             let i = loop {
@@ -290,7 +318,7 @@ impl Transport for UringTransport {
                     break i;
                 }
                 self.ring.ring.submit_and_wait(1)?;
-                self.reap();
+                woken |= self.reap();
             };
             let s = &mut self.ring.send[i];
             s.buf.clear();
@@ -320,40 +348,55 @@ impl Transport for UringTransport {
             self.socket.stats.tx_calls += 1;
             // Sends on a datagram socket usually complete during the submission: reap them
             // now so they do not wake the driver again.
-            self.clear_ready();
-            self.reap();
+            if !self.quiet {
+                self.clear_ready();
+            }
+            woken |= self.reap();
             self.signal_if_ready();
+        }
+        if woken && self.quiet {
+            self.kick(); // the wake-up was for the waiter, not this thread
         }
         batch.clear();
         Ok(())
     }
 
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()> {
-        self.clear_ready();
-        self.reap();
         let fd = self.socket.fd();
         let raw = self.socket.kind == TransportKind::Ip;
         let strip = raw && !self.socket.v6;
-        let mut reposted = false;
         let delivered = batch.len();
-        while !batch.is_full() {
-            let Some(i) = self.ring.ready.pop_front() else { break };
-            let res = self.ring.recv[i].done.unwrap_or(-libc::EAGAIN);
-            if res < 0 {
-                // A pending ICMP error is read from the error queue (see `may_be_pending`).
-                let pending =
-                    sys::may_be_pending(-res) && sys::drain_errors(fd, &mut self.socket.reports());
-                if !pending && res != -libc::EAGAIN {
-                    tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
-                }
-            } else {
-                self.deliver(i, res as usize, strip, raw, batch);
+        loop {
+            if !self.quiet {
+                self.clear_ready();
             }
-            self.ring.post_recv(fd, i)?;
-            reposted = true;
-        }
-        if reposted {
+            self.reap();
+            let mut reposted = false;
+            while !batch.is_full() {
+                let Some(i) = self.ring.ready.pop_front() else { break };
+                let res = self.ring.recv[i].done.unwrap_or(-libc::EAGAIN);
+                if res < 0 {
+                    // A pending ICMP error is read from the error queue (`may_be_pending`).
+                    let pending = sys::may_be_pending(-res)
+                        && sys::drain_errors(fd, &mut self.socket.reports());
+                    if !pending && res != -libc::EAGAIN {
+                        tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
+                    }
+                } else {
+                    self.deliver(i, res as usize, strip, raw, batch);
+                }
+                self.ring.post_recv(fd, i)?;
+                reposted = true;
+            }
+            // Submitted now, the reposted receive completes at once if a datagram is
+            // queued, and that is taken too: one receive posted must keep up with bursts.
+            if !reposted {
+                break;
+            }
             self.ring.ring.submit()?;
+            if batch.is_full() {
+                break;
+            }
         }
         self.signal_if_ready();
         if batch.len() > delivered {
@@ -369,7 +412,181 @@ impl Transport for UringTransport {
     fn stats(&self) -> TransportStats {
         self.socket.stats
     }
+
+    /// While the waiter is in use the eventfd is off: what waits is in the ring.
+    fn input_waiting(&mut self) -> bool {
+        if self.quiet {
+            !self.ring.ready.is_empty() || !self.ring.ring.completion().is_empty()
+        } else {
+            sys::readable(self.ready_fd.as_raw_fd())
+        }
+    }
+
+    fn waiter_in_use(&mut self, in_use: bool) {
+        if self.kicker.is_none() || (!in_use && !self.quiet) {
+            return;
+        }
+        if in_use {
+            if !self.quiet {
+                self.quiet = true;
+                self.ring.ring.completion().disable_eventfd();
+                // Cleared once, it stays clear: the driver thread reads it as "datagrams
+                // wait for the leader" and would leave the timers to it meanwhile.
+                self.clear_ready();
+            }
+            // The wait ends at once if anything is in the ring; datagrams already taken
+            // from it need a wake-up there (before, the eventfd stood for them).
+            if !self.ring.ready.is_empty() {
+                self.kick();
+            }
+            return;
+        }
+        self.quiet = false;
+        let pending = {
+            let cq = self.ring.ring.completion();
+            cq.enable_eventfd();
+            !cq.is_empty()
+        };
+        if pending {
+            self.ready_fd_signal();
+        }
+        self.signal_if_ready();
+    }
+
+    /// Where the kernel has `IORING_OP_MSG_RING`: the waiter sleeps in `io_uring_enter`
+    /// until the ring holds a completion, and is woken by one posted from a ring of the
+    /// [`Kicker`]'s.
+    fn waiter(&mut self) -> Option<WaitHandle> {
+        if !self.msg_ring || self.kicker.is_some() {
+            return None;
+        }
+        let made = (|| -> io::Result<WaitHandle> {
+            let kicker = Arc::new(Kicker::new(self.ring.ring.as_raw_fd())?);
+            // Check that a wake-up arrives; a waiter that cannot be woken must not be used.
+            kicker.kick()?;
+            self.ring.ring.submit_and_wait(1)?;
+            if !self.reap() {
+                return Err(io::Error::other("the wake-up completion did not arrive"));
+            }
+            self.signal_if_ready(); // datagrams reaped meanwhile
+            let closed = Arc::new(AtomicBool::new(false));
+            let waiter =
+                UringWaiter { ring: kicker.target.try_clone()?, closed: Arc::clone(&closed) };
+            self.kicker = Some(Arc::clone(&kicker));
+            let waker = Arc::clone(&kicker);
+            let wake = Box::new(move || {
+                if let Err(e) = waker.kick() {
+                    tracing::error!("cannot wake the io_uring waiter: {e}");
+                }
+            });
+            // The flag stops waits to come; the kick ends the one under way. (Dropping the
+            // transport kicks again once its ring is quiet, for a wait that began between.)
+            let shutdown = Box::new(move || {
+                closed.store(true, Ordering::Release);
+                let _ = kicker.kick();
+            });
+            Ok(WaitHandle { waiter: Box::new(waiter), wake, shutdown })
+        })();
+        match made {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::debug!("io_uring waiter unavailable, waiting in poll: {e}");
+                None
+            }
+        }
+    }
 }
+
+impl Drop for UringTransport {
+    fn drop(&mut self) {
+        // A waiter that began to wait after the shutdown's kick was reaped must still
+        // return: once the ring is quiet, a last kick stays in it unreaped.
+        self.ring.quiesce();
+        self.kick();
+    }
+}
+
+/// Posts a completion tagged [`WAKE`] into a ring from a ring of its own
+/// (`IORING_OP_MSG_RING`), from any thread.
+struct Kicker {
+    ring: Mutex<IoUring>,
+    /// The target ring (a duplicate of its descriptor: valid as long as this lives).
+    target: OwnedFd,
+}
+
+impl Kicker {
+    fn new(target: std::os::fd::RawFd) -> io::Result<Kicker> {
+        // SAFETY: `target` is the open descriptor of a live ring; only borrowed to duplicate.
+        let target = unsafe { BorrowedFd::borrow_raw(target) }.try_clone_to_owned()?;
+        Ok(Kicker { ring: Mutex::new(IoUring::new(2)?), target })
+    }
+
+    fn kick(&self) -> io::Result<()> {
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = opcode::MsgRingData::new(types::Fd(self.target.as_raw_fd()), 0, WAKE, None)
+            .build()
+            .user_data(WAKE);
+        // SAFETY: the entry refers to no memory.
+        if unsafe { ring.submission().push(&entry) }.is_err() {
+            return Err(io::Error::other("the kick ring is full"));
+        }
+        ring.submit_and_wait(1)?; // MSG_RING completes during the submission
+        ring.completion().for_each(drop);
+        Ok(())
+    }
+}
+
+/// Waits in the ring for a completion ([`Waiter::wait`] appends nothing: the driver then
+/// receives through the transport). It submits nothing, which the transport always has
+/// done (`io_uring_enter` would skip the wait after submitting fewer entries than asked).
+#[derive(Debug)]
+struct UringWaiter {
+    ring: OwnedFd,
+    closed: Arc<AtomicBool>,
+}
+
+impl Waiter for UringWaiter {
+    fn wait(&mut self, _batch: &mut Batch) -> io::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: a plain system call on our duplicate of the ring's descriptor, with no
+        // argument pointer.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_enter,
+                self.ring.as_raw_fd(),
+                0u32,
+                1u32,
+                IORING_ENTER_GETEVENTS,
+                ptr::null::<libc::c_void>(),
+                0usize,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn only_waits(&self) -> bool {
+        true
+    }
+
+    fn poll_unreachable(&mut self) -> Option<Unreachable> {
+        None
+    }
+
+    fn stats(&self) -> TransportStats {
+        TransportStats::default()
+    }
+}
+
+/// `io_uring_enter` flag: wait for `min_complete` completions.
+const IORING_ENTER_GETEVENTS: u32 = 1;
 
 impl UringTransport {
     /// Resets the readiness fd. Done before reaping, so a completion posted afterwards
@@ -380,18 +597,35 @@ impl UringTransport {
         unsafe { libc::read(self.ready_fd.as_raw_fd(), (&raw mut n).cast(), 8) };
     }
 
-    /// Keeps the readiness fd readable while reaped datagrams wait to be handed out.
+    /// Keeps the readiness fd readable, and the waiter from sleeping, while reaped
+    /// datagrams wait to be handed out.
     fn signal_if_ready(&self) {
-        if !self.ring.ready.is_empty() {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-            unsafe { libc::write(self.ready_fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        if self.ring.ready.is_empty() {
+        } else if self.quiet {
+            self.kick();
+        } else {
+            self.ready_fd_signal();
         }
     }
 
-    /// Takes completions; failed sends are counted and their peers reported.
-    fn reap(&mut self) {
-        for (i, res) in self.ring.reap() {
+    fn ready_fd_signal(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.ready_fd.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// Wakes the waiter, if there is one.
+    fn kick(&self) {
+        if let Some(Err(e)) = self.kicker.as_ref().map(|k| k.kick()) {
+            tracing::error!("cannot wake the io_uring waiter: {e}");
+        }
+    }
+
+    /// Takes completions; failed sends are counted and their peers reported. Returns
+    /// whether a wake-up was among them.
+    fn reap(&mut self) -> bool {
+        let (sends, woken) = self.ring.reap();
+        for (i, res) in sends {
             if res >= 0 {
                 self.socket.stats.tx_datagrams += 1;
             } else if sys::may_be_pending(-res)
@@ -405,6 +639,7 @@ impl UringTransport {
                 sys::refused(to, -res, &mut self.socket.reports());
             }
         }
+        woken
     }
 
     /// Copies the datagram in receive slot `i` (`len` bytes) into `batch`.
@@ -433,5 +668,95 @@ impl UringTransport {
         batch.next_slot()[..bytes.len()].copy_from_slice(bytes);
         batch.push(Datagram { addr: from, len: bytes.len(), priority: 0, segment: 0 });
         self.socket.stats.rx_datagrams += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A ring over a UDP socket on loopback, or `None` (printed) where io_uring is missing.
+    fn transport() -> Option<UringTransport> {
+        let socket = SocketTransport::udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        UringTransport::new(socket)
+            .inspect_err(|e| eprintln!("skipping: io_uring unavailable: {}", e.reason))
+            .ok()
+    }
+
+    #[test]
+    fn one_posted_receive_takes_a_whole_burst_in_one_call() {
+        let Some(mut t) = transport() else { return };
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..100u8 {
+            peer.send_to(&[i; 40], t.local_addr()).unwrap();
+        }
+        let mut batch = Batch::new(32, RECV_SLOT_LEN);
+        t.recv(&mut batch).unwrap();
+        assert_eq!(batch.len(), 32, "a full batch from one call");
+        let mut got: Vec<u8> = (0..batch.len()).map(|i| batch.get(i).1[0]).collect();
+        while got.len() < 100 {
+            batch.clear();
+            t.recv(&mut batch).unwrap();
+            assert!(!batch.is_empty(), "datagrams {} to 99 still queued", got.len());
+            got.extend((0..batch.len()).map(|i| batch.get(i).1[0]));
+        }
+        assert_eq!(got, (0..100).collect::<Vec<u8>>());
+        assert_eq!(t.stats().rx_dropped, 0);
+    }
+
+    #[test]
+    fn the_waiter_sleeps_in_the_ring_until_a_datagram_a_wake_up_or_the_shutdown() {
+        let Some(mut t) = transport() else { return };
+        let Some(handle) = t.waiter() else {
+            eprintln!("skipping: the kernel lacks IORING_OP_MSG_RING");
+            return;
+        };
+        let WaitHandle { mut waiter, wake, shutdown } = handle;
+        assert!(waiter.only_waits());
+        // As in the driver, each wait begins only after what ended the last was taken.
+        let (go, turn) = mpsc::channel();
+        let (woke, woken) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let mut unused = Batch::new(1, 64);
+            while turn.recv().is_ok() {
+                waiter.wait(&mut unused).unwrap();
+                woke.send(()).unwrap();
+            }
+            waiter
+        });
+        let bound = Duration::from_secs(20);
+        let mut batch = Batch::new(8, RECV_SLOT_LEN);
+
+        t.waiter_in_use(true);
+        go.send(()).unwrap();
+        UdpSocket::bind("127.0.0.1:0").unwrap().send_to(b"hello", t.local_addr()).unwrap();
+        woken.recv_timeout(bound).expect("a datagram ends the wait");
+        t.recv(&mut batch).unwrap();
+        assert_eq!(batch.len(), 1, "what woke it is received through the transport");
+        assert_eq!(batch.get(0).1, b"hello");
+
+        t.waiter_in_use(true);
+        go.send(()).unwrap();
+        // Nothing in the ring: it sleeps (a wait that returned would show here).
+        assert!(woken.recv_timeout(Duration::from_millis(100)).is_err(), "woke for nothing");
+        wake();
+        woken.recv_timeout(bound).expect("a wake-up ends the wait");
+        batch.clear();
+        t.recv(&mut batch).unwrap();
+        assert!(batch.is_empty(), "a wake-up is no datagram");
+
+        t.waiter_in_use(true);
+        go.send(()).unwrap();
+        shutdown();
+        woken.recv_timeout(bound).expect("the shutdown ends the wait");
+        drop(go);
+        let mut waiter = thread.join().unwrap();
+        drop(t);
+        // Every wait after the shutdown returns at once, the transport gone or not.
+        waiter.wait(&mut batch).unwrap();
     }
 }
