@@ -577,9 +577,6 @@ impl Shared {
         // (it needs `poll`) is asked for. The receive call has no timeout: a deadline is
         // the driver thread's to enforce (it wakes the leader).
         let use_waiter = self.has_waiter && self.busy_poll.is_none();
-        if !use_waiter {
-            inner.waiter_in_use(false); // `poll` watches the readiness fd
-        }
         loop {
             let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
             if inner.closed || done(&inner) || expired {
@@ -593,8 +590,9 @@ impl Shared {
                 // Unless an event loop watches it, the readiness fd goes unwatched until
                 // the driver thread watches again (`watch_transport`), across calls in a
                 // loop.
-                let unwatched = !inner.attached;
-                inner.waiter_in_use(unwatched);
+                if !inner.attached {
+                    inner.waiter_in_use(true);
+                }
                 inner.leader_blocking = true;
                 if let Some(u) = until {
                     let left = u.saturating_duration_since(std::time::Instant::now());

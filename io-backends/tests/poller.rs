@@ -88,6 +88,30 @@ fn an_event_loop_completes_calls_and_requests_on_its_own_thread() {
     }
 }
 
+/// The loop's own thread may still block in a call: it then leads, receiving for the socket
+/// until its response is in (through io_uring, asleep in the ring while the readiness fd
+/// stays the loop's).
+#[test]
+fn the_loop_thread_can_block_in_a_call() {
+    for kind in common::transports() {
+        let builder = Socket::builder().transport(kind);
+        let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+        let echoer = echo(&server);
+        let client = builder.client(loopback_v4()).unwrap();
+        let poller = client.poller().unwrap();
+        for size in [1, 100_000, 1_000_000] {
+            let message = pattern(size, 3);
+            let deadline = Some(Duration::from_secs(30));
+            let response = client.call(server.local_addr(), message.clone(), deadline);
+            let response = response.unwrap_or_else(|e| panic!("{kind}, {size} bytes: {e}"));
+            assert!(response == message, "{kind}, {size} bytes: echo differs");
+        }
+        drop(poller);
+        server.shutdown();
+        echoer.join().unwrap();
+    }
+}
+
 /// One-minute timer ticks and a pacer that never holds data back (1 Tbit/s): the driver
 /// thread wakes for no deadline during the test, so only the loop receives (a deadline lets
 /// the driver thread drain the socket first; on a loaded machine that happened with

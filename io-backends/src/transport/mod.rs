@@ -339,9 +339,10 @@ pub trait Transport: Send + fmt::Debug {
     }
 
     /// A thread is about to wait through the [`waiter`](Transport::waiter) and nobody
-    /// watches the readiness fd (`true`, before every such wait), or the readiness fd is
-    /// watched again (`false`: it must be readable while anything waits to be received).
-    /// io_uring stops its eventfd meanwhile, saving a system call per send and receive.
+    /// watches the readiness fd (`true`: called before each such wait), or the readiness
+    /// fd is watched again (`false`: it must be readable while anything waits to be
+    /// received). io_uring turns its eventfd off meanwhile, saving a system call per send
+    /// and receive.
     fn waiter_in_use(&mut self, _in_use: bool) {}
 }
 

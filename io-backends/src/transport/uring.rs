@@ -2,9 +2,10 @@
 //! a receive stays posted in the ring, a batch of sends is one submission.
 //!
 //! A waiting thread sleeps in the ring itself (`io_uring_enter` for a completion, see
-//! [`UringWaiter`]) where the kernel offers `IORING_OP_MSG_RING` to wake it: a socket receive
-//! completes through task work on the thread that submitted it, which is then the waiting
-//! thread, so one wake-up per packet, as with a plain blocking receive.
+//! [`UringWaiter`]) where the kernel offers `IORING_OP_MSG_RING` to wake it. A socket
+//! receive completes through task work on the thread that submitted it; when that is the
+//! waiting thread (it reposts the receive after each datagram it takes), one wake-up per
+//! packet, as with a plain blocking receive.
 
 use std::fmt;
 use std::io;
@@ -85,8 +86,9 @@ pub struct UringTransport {
     msg_ring: bool,
     /// Wakes the [`UringWaiter`], once there is one.
     kicker: Option<Arc<Kicker>>,
-    /// The waiter is in use: the eventfd is off.
-    quiet: bool,
+    /// The eventfd is off (`IORING_CQ_EVENTFD_DISABLED`): nobody watches it while the
+    /// waiter is in use.
+    eventfd_off: bool,
 }
 
 /// The ring and the buffers its operations use.
@@ -100,6 +102,8 @@ struct Ring {
     ready: std::collections::VecDeque<usize>,
     /// Operations the kernel still owns.
     in_flight: usize,
+    /// `quiesce` ran: nothing is posted, and nothing more is reaped (a last kick stays).
+    quiesced: bool,
 }
 
 // SAFETY: the raw pointers in the slots point into the slots' own heap allocations, which
@@ -155,6 +159,7 @@ impl UringTransport {
             free_send: (0..SEND_SLOTS).rev().collect(),
             ready: Default::default(),
             in_flight: 0,
+            quiesced: false,
         };
         // SAFETY: creates a new descriptor owned by nobody else.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -172,7 +177,7 @@ impl UringTransport {
             drop(ring); // cancels what was posted
             return Err(fail(socket, format!("cannot post receives: {e}")));
         }
-        Ok(UringTransport { ring, socket, ready_fd, msg_ring, kicker: None, quiet: false })
+        Ok(UringTransport { ring, socket, ready_fd, msg_ring, kicker: None, eventfd_off: false })
     }
 }
 
@@ -234,6 +239,9 @@ impl Ring {
 
     /// Cancels every posted operation and waits until the kernel has released them all.
     fn quiesce(&mut self) {
+        if mem::replace(&mut self.quiesced, true) {
+            return;
+        }
         let posted: Vec<u64> = (0..self.recv.len())
             .filter(|&i| self.recv[i].done.is_none())
             .map(|i| i as u64)
@@ -309,100 +317,21 @@ impl Transport for UringTransport {
     }
 
     fn send(&mut self, batch: &mut Batch) -> io::Result<()> {
-        let (fd, v6) = (self.socket.fd(), self.socket.v6);
         let mut woken = false;
-        for k in 0..batch.len() {
-            let (d, bytes) = batch.get(k);
-            let i = loop {
-                if let Some(i) = self.ring.free_send.pop() {
-                    break i;
-                }
-                self.ring.ring.submit_and_wait(1)?;
-                woken |= self.reap();
-            };
-            let s = &mut self.ring.send[i];
-            s.buf.clear();
-            s.buf.extend_from_slice(bytes);
-            s.to = d.addr;
-            s.tail = batch.tail(k).cloned();
-            s.iovs[0] = sys::iovec(&s.buf);
-            s.iovs[1] = sys::iovec(s.tail.as_ref().map_or(&[], PayloadSlice::as_slice));
-            s.msg.msg_namelen = sys::write_sockaddr(d.addr, &mut s.name);
-            s.msg.msg_name = ptr::from_mut(&mut s.name).cast();
-            s.msg.msg_iov = s.iovs.as_mut_ptr();
-            s.msg.msg_iovlen = 1 + usize::from(s.tail.is_some());
-            s.msg.msg_control = s.cmsg.0.as_mut_ptr().cast();
-            // SAFETY: msg_control points to the slot's own 8-aligned buffer.
-            unsafe { sys::set_cmsgs(&mut s.msg, v6, d.priority, None) };
-            let entry = opcode::SendMsg::new(types::Fd(fd), &raw const s.msg)
-                .build()
-                .user_data(SEND | i as u64);
-            if let Err(e) = self.ring.push(&entry) {
-                self.ring.send[i].tail = None;
-                self.ring.free_send.push(i);
-                return Err(e);
-            }
-        }
-        if !batch.is_empty() {
-            self.ring.ring.submit()?;
-            self.socket.stats.tx_calls += 1;
-            // Sends on a datagram socket usually complete during the submission: reap them
-            // now so they do not wake the driver again.
-            if !self.quiet {
-                self.clear_ready();
-            }
-            woken |= self.reap();
-            self.signal_if_ready();
-        }
-        if woken && self.quiet {
-            self.kick(); // the wake-up was for the waiter, not this thread
-        }
+        let result = self.send_batch(batch, &mut woken);
+        self.hand_over(woken);
         batch.clear();
-        Ok(())
+        result
     }
 
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()> {
-        let fd = self.socket.fd();
-        let raw = self.socket.kind == TransportKind::Ip;
-        let strip = raw && !self.socket.v6;
         let delivered = batch.len();
-        loop {
-            if !self.quiet {
-                self.clear_ready();
-            }
-            self.reap();
-            let mut reposted = false;
-            while !batch.is_full() {
-                let Some(i) = self.ring.ready.pop_front() else { break };
-                let res = self.ring.recv[i].done.unwrap_or(-libc::EAGAIN);
-                if res < 0 {
-                    // A pending ICMP error is read from the error queue (`may_be_pending`).
-                    let pending = sys::may_be_pending(-res)
-                        && sys::drain_errors(fd, &mut self.socket.reports());
-                    if !pending && res != -libc::EAGAIN {
-                        tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
-                    }
-                } else {
-                    self.deliver(i, res as usize, strip, raw, batch);
-                }
-                self.ring.post_recv(fd, i)?;
-                reposted = true;
-            }
-            // Submitted now, the reposted receive completes at once if a datagram is
-            // queued, and that is taken too: one receive posted must keep up with bursts.
-            if !reposted {
-                break;
-            }
-            self.ring.ring.submit()?;
-            if batch.is_full() {
-                break;
-            }
-        }
-        self.signal_if_ready();
+        let result = self.take_datagrams(batch);
+        self.hand_over(false);
         if batch.len() > delivered {
             self.socket.stats.rx_calls += 1;
         }
-        Ok(())
+        result
     }
 
     fn poll_unreachable(&mut self) -> Option<Unreachable> {
@@ -413,9 +342,9 @@ impl Transport for UringTransport {
         self.socket.stats
     }
 
-    /// While the waiter is in use the eventfd is off: what waits is in the ring.
+    /// With the eventfd off, what waits is in the ring.
     fn input_waiting(&mut self) -> bool {
-        if self.quiet {
+        if self.eventfd_off {
             !self.ring.ready.is_empty() || !self.ring.ring.completion().is_empty()
         } else {
             sys::readable(self.ready_fd.as_raw_fd())
@@ -423,34 +352,37 @@ impl Transport for UringTransport {
     }
 
     fn waiter_in_use(&mut self, in_use: bool) {
-        if self.kicker.is_none() || (!in_use && !self.quiet) {
+        if self.kicker.is_none() {
             return;
         }
         if in_use {
-            if !self.quiet {
-                self.quiet = true;
+            if !self.eventfd_off {
+                self.eventfd_off = true;
                 self.ring.ring.completion().disable_eventfd();
-                // Cleared once, it stays clear: the driver thread reads it as "datagrams
-                // wait for the leader" and would leave the timers to it meanwhile.
+                // Cleared now, it is readable once on again only for what is pending then.
                 self.clear_ready();
             }
-            // The wait ends at once if anything is in the ring; datagrams already taken
-            // from it need a wake-up there (before, the eventfd stood for them).
-            if !self.ring.ready.is_empty() {
-                self.kick();
+            // Left by a failed submission (the waiter submits nothing): the receive may be
+            // among them.
+            if !self.ring.ring.submission().is_empty()
+                && let Err(e) = self.ring.ring.submit()
+            {
+                tracing::error!("io_uring submission failed: {e}");
             }
             return;
         }
-        self.quiet = false;
+        if !self.eventfd_off {
+            return;
+        }
+        self.eventfd_off = false;
         let pending = {
             let cq = self.ring.ring.completion();
             cq.enable_eventfd();
             !cq.is_empty()
         };
-        if pending {
+        if pending || !self.ring.ready.is_empty() {
             self.ready_fd_signal();
         }
-        self.signal_if_ready();
     }
 
     /// Where the kernel has `IORING_OP_MSG_RING`: the waiter sleeps in `io_uring_enter`
@@ -465,10 +397,11 @@ impl Transport for UringTransport {
             // Check that a wake-up arrives; a waiter that cannot be woken must not be used.
             kicker.kick()?;
             self.ring.ring.submit_and_wait(1)?;
-            if !self.reap() {
+            let woken = self.reap();
+            self.hand_over(false); // datagrams reaped meanwhile
+            if !woken {
                 return Err(io::Error::other("the wake-up completion did not arrive"));
             }
-            self.signal_if_ready(); // datagrams reaped meanwhile
             let closed = Arc::new(AtomicBool::new(false));
             let waiter =
                 UringWaiter { ring: kicker.target.try_clone()?, closed: Arc::clone(&closed) };
@@ -480,7 +413,8 @@ impl Transport for UringTransport {
                 }
             });
             // The flag stops waits to come; the kick ends the one under way. (Dropping the
-            // transport kicks again once its ring is quiet, for a wait that began between.)
+            // transport kicks again once its ring has no operations left, for a wait that
+            // began in between.)
             let shutdown = Box::new(move || {
                 closed.store(true, Ordering::Release);
                 let _ = kicker.kick();
@@ -500,7 +434,7 @@ impl Transport for UringTransport {
 impl Drop for UringTransport {
     fn drop(&mut self) {
         // A waiter that began to wait after the shutdown's kick was reaped must still
-        // return: once the ring is quiet, a last kick stays in it unreaped.
+        // return: once the ring has no operations left, a last kick stays in it unreaped.
         self.ring.quiesce();
         self.kick();
     }
@@ -531,14 +465,20 @@ impl Kicker {
             return Err(io::Error::other("the kick ring is full"));
         }
         ring.submit_and_wait(1)?; // MSG_RING completes during the submission
-        ring.completion().for_each(drop);
-        Ok(())
+        match ring
+            .completion()
+            .fold(None, |failed, c| if c.result() < 0 { Some(c.result()) } else { failed })
+        {
+            Some(res) => Err(io::Error::from_raw_os_error(-res)),
+            None => Ok(()),
+        }
     }
 }
 
 /// Waits in the ring for a completion ([`Waiter::wait`] appends nothing: the driver then
-/// receives through the transport). It submits nothing, which the transport always has
-/// done (`io_uring_enter` would skip the wait after submitting fewer entries than asked).
+/// receives through the transport). It passes `to_submit` 0: every entry was submitted
+/// by the lock holder (`io_uring_enter` would skip the wait after submitting fewer than
+/// asked).
 #[derive(Debug)]
 struct UringWaiter {
     ring: OwnedFd,
@@ -589,6 +529,114 @@ impl Waiter for UringWaiter {
 const IORING_ENTER_GETEVENTS: u32 = 1;
 
 impl UringTransport {
+    /// Queues `batch` as one submission. Sets `woken` if a wake-up meant for the waiter was
+    /// reaped meanwhile.
+    fn send_batch(&mut self, batch: &Batch, woken: &mut bool) -> io::Result<()> {
+        let (fd, v6) = (self.socket.fd(), self.socket.v6);
+        for k in 0..batch.len() {
+            let (d, bytes) = batch.get(k);
+            let i = loop {
+                if let Some(i) = self.ring.free_send.pop() {
+                    break i;
+                }
+                self.ring.ring.submit_and_wait(1)?;
+                *woken |= self.reap();
+            };
+            let s = &mut self.ring.send[i];
+            s.buf.clear();
+            s.buf.extend_from_slice(bytes);
+            s.to = d.addr;
+            s.tail = batch.tail(k).cloned();
+            s.iovs[0] = sys::iovec(&s.buf);
+            s.iovs[1] = sys::iovec(s.tail.as_ref().map_or(&[], PayloadSlice::as_slice));
+            s.msg.msg_namelen = sys::write_sockaddr(d.addr, &mut s.name);
+            s.msg.msg_name = ptr::from_mut(&mut s.name).cast();
+            s.msg.msg_iov = s.iovs.as_mut_ptr();
+            s.msg.msg_iovlen = 1 + usize::from(s.tail.is_some());
+            s.msg.msg_control = s.cmsg.0.as_mut_ptr().cast();
+            // SAFETY: msg_control points to the slot's own 8-aligned buffer.
+            unsafe { sys::set_cmsgs(&mut s.msg, v6, d.priority, None) };
+            let entry = opcode::SendMsg::new(types::Fd(fd), &raw const s.msg)
+                .build()
+                .user_data(SEND | i as u64);
+            if let Err(e) = self.ring.push(&entry) {
+                self.ring.send[i].tail = None;
+                self.ring.free_send.push(i);
+                return Err(e);
+            }
+        }
+        if !batch.is_empty() {
+            self.ring.ring.submit()?;
+            self.socket.stats.tx_calls += 1;
+            // Sends on a datagram socket usually complete during the submission: reap them
+            // now so they do not wake the driver again.
+            if !self.eventfd_off {
+                self.clear_ready();
+            }
+            *woken |= self.reap();
+        }
+        Ok(())
+    }
+
+    /// Hands out completed receives, reposting the one receive after each. Submitted at
+    /// once, it completes during the submission if a datagram is queued, and that is taken
+    /// too: one posted receive keeps up with a burst.
+    fn take_datagrams(&mut self, batch: &mut Batch) -> io::Result<()> {
+        let fd = self.socket.fd();
+        let raw = self.socket.kind == TransportKind::Ip;
+        let strip = raw && !self.socket.v6;
+        loop {
+            if !self.eventfd_off {
+                self.clear_ready();
+            }
+            self.reap();
+            let before = batch.len();
+            let mut reposted = false;
+            while !batch.is_full() {
+                let Some(i) = self.ring.ready.pop_front() else { break };
+                let res = self.ring.recv[i].done.unwrap_or(-libc::EAGAIN);
+                if res < 0 {
+                    // A pending ICMP error is read from the error queue (`may_be_pending`).
+                    let pending = sys::may_be_pending(-res)
+                        && sys::drain_errors(fd, &mut self.socket.reports());
+                    if !pending && res != -libc::EAGAIN {
+                        tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
+                    }
+                } else {
+                    self.deliver(i, res as usize, strip, raw, batch);
+                }
+                if let Err(e) = self.ring.post_recv(fd, i) {
+                    // Back in line, to be posted next time: the socket's only receive.
+                    self.ring.recv[i].done = Some(-libc::EAGAIN);
+                    self.ring.ready.push_front(i);
+                    return Err(e);
+                }
+                reposted = true;
+            }
+            if !reposted {
+                return Ok(());
+            }
+            self.ring.ring.submit()?;
+            // Done at a full batch, or after a pass that found only errors.
+            if batch.is_full() || batch.len() == before {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Before returning from a send or receive: while reaped datagrams wait to be handed
+    /// out, the readiness fd stays readable (unless it is off) and a waiter asleep in the
+    /// ring is woken; so it is if a wake-up meant for it was reaped here (`woken`).
+    fn hand_over(&self, woken: bool) {
+        let waiting = !self.ring.ready.is_empty();
+        if waiting && !self.eventfd_off {
+            self.ready_fd_signal();
+        }
+        if waiting || woken {
+            self.kick();
+        }
+    }
+
     /// Resets the readiness fd. Done before reaping, so a completion posted afterwards
     /// signals it again.
     fn clear_ready(&self) {
@@ -597,17 +645,7 @@ impl UringTransport {
         unsafe { libc::read(self.ready_fd.as_raw_fd(), (&raw mut n).cast(), 8) };
     }
 
-    /// Keeps the readiness fd readable, and the waiter from sleeping, while reaped
-    /// datagrams wait to be handed out.
-    fn signal_if_ready(&self) {
-        if self.ring.ready.is_empty() {
-        } else if self.quiet {
-            self.kick();
-        } else {
-            self.ready_fd_signal();
-        }
-    }
-
+    /// Makes the readiness fd readable.
     fn ready_fd_signal(&self) {
         let one = 1u64;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.
