@@ -113,9 +113,16 @@ fn async_server_and_client() {
 
 #[test]
 fn many_threads_call_and_serve_at_once() {
-    // Several blocked callers and several blocked receivers: one of each leads (polls the
-    // socket itself), the others sleep and are served by the leader or the driver thread.
-    let builder = Socket::builder().config(patient());
+    for kind in transports() {
+        many_threads_call_and_serve(kind);
+    }
+}
+
+/// Several blocked callers and several blocked receivers: one of each leads (receives for
+/// the socket itself: in the socket's receive call, in the ring, or in `poll`), the others
+/// sleep and are served by the leader or the driver thread.
+fn many_threads_call_and_serve(kind: TransportKind) {
+    let builder = Socket::builder().transport(kind).config(patient());
     let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
     let echoers: Vec<_> = (0..3).map(|_| echo(&server)).collect();
     let client = Arc::new(builder.client(loopback_v4()).unwrap());
@@ -125,7 +132,8 @@ fn many_threads_call_and_serve_at_once() {
             std::thread::spawn(move || {
                 for i in 0..50 {
                     let message = pattern(1 + (i * 97) % 5000, t);
-                    assert_eq!(client.call(to, message.clone(), None).unwrap(), message);
+                    let response = client.call(to, message.clone(), None);
+                    assert!(response.unwrap() == message, "{kind}: echo differs");
                 }
             })
         })
@@ -135,12 +143,12 @@ fn many_threads_call_and_serve_at_once() {
         .map(|i| client.call_async(server.local_addr(), vec![i; 10], None).unwrap())
         .collect();
     for (i, f) in futures.into_iter().enumerate() {
-        assert_eq!(pollster::block_on(f).unwrap(), vec![i as u8; 10]);
+        assert_eq!(pollster::block_on(f).unwrap(), vec![i as u8; 10], "{kind}");
     }
     for c in callers {
         c.join().unwrap();
     }
-    assert_eq!(server.metrics().core.requests_received, 8 * 50 + 20);
+    assert_eq!(server.metrics().core.requests_received, 8 * 50 + 20, "{kind}");
     server.shutdown();
     for e in echoers {
         e.join().unwrap();
