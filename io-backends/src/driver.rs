@@ -30,7 +30,9 @@ use homa_core::{Endpoint, Event, FailReason, Instant, Payload, ServerRpc};
 
 use crate::cidr::Cidr;
 use crate::error::{Error, Result};
-use crate::transport::{Batch, Datagram, RECV_SLOT_LEN, Transport, TransportStats, Waiter};
+use crate::transport::{
+    Batch, Datagram, RECV_SLOT_LEN, Transport, TransportStats, Waiter, clear, signal,
+};
 
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
@@ -48,20 +50,6 @@ const LEADER_GRACE: Instant = 4_000_000;
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
 const TOKEN_WAKE: u64 = 2;
-
-/// Reads an eventfd or timerfd to clear its readiness; nothing to read is fine.
-fn clear(fd: RawFd) {
-    let mut n = 0u64;
-    // SAFETY: reads 8 bytes into a live u64 from a non-blocking descriptor of ours.
-    unsafe { libc::read(fd, (&raw mut n).cast(), 8) };
-}
-
-/// Makes an eventfd readable. A full counter still leaves it readable.
-fn signal(fd: RawFd) {
-    let one = 1u64;
-    // SAFETY: writes 8 bytes from a live u64 to an eventfd of ours.
-    unsafe { libc::write(fd, (&raw const one).cast(), 8) };
-}
 
 /// Hashes RPC ids (our own counter, so no peer chooses them) with one multiplication
 /// instead of SipHash.

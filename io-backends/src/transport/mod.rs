@@ -17,6 +17,7 @@ mod sys;
 mod uring;
 
 pub use socket::SocketTransport;
+pub(crate) use sys::{clear, signal};
 pub use uring::{Unavailable, UringTransport};
 
 /// IP protocol number of Homa (`IPPROTO_HOMA`).

@@ -360,7 +360,7 @@ impl Transport for UringTransport {
                 self.eventfd_off = true;
                 self.ring.ring.completion().disable_eventfd();
                 // Cleared now, it is readable once on again only for what is pending then.
-                self.clear_ready();
+                sys::clear(self.ready_fd.as_raw_fd());
             }
             // Left by a failed submission (the waiter submits nothing): the receive may be
             // among them.
@@ -381,7 +381,7 @@ impl Transport for UringTransport {
             !cq.is_empty()
         };
         if pending || !self.ring.ready.is_empty() {
-            self.ready_fd_signal();
+            sys::signal(self.ready_fd.as_raw_fd());
         }
     }
 
@@ -571,7 +571,7 @@ impl UringTransport {
             // Sends on a datagram socket usually complete during the submission: reap them
             // now so they do not wake the driver again.
             if !self.eventfd_off {
-                self.clear_ready();
+                sys::clear(self.ready_fd.as_raw_fd());
             }
             *woken |= self.reap();
         }
@@ -587,7 +587,8 @@ impl UringTransport {
         let strip = raw && !self.socket.v6;
         loop {
             if !self.eventfd_off {
-                self.clear_ready();
+                // Cleared before reaping: a completion posted afterwards signals it again.
+                sys::clear(self.ready_fd.as_raw_fd());
             }
             self.reap();
             let before = batch.len();
@@ -630,26 +631,11 @@ impl UringTransport {
     fn hand_over(&self, woken: bool) {
         let waiting = !self.ring.ready.is_empty();
         if waiting && !self.eventfd_off {
-            self.ready_fd_signal();
+            sys::signal(self.ready_fd.as_raw_fd());
         }
         if waiting || woken {
             self.kick();
         }
-    }
-
-    /// Resets the readiness fd. Done before reaping, so a completion posted afterwards
-    /// signals it again.
-    fn clear_ready(&self) {
-        let mut n = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
-        unsafe { libc::read(self.ready_fd.as_raw_fd(), (&raw mut n).cast(), 8) };
-    }
-
-    /// Makes the readiness fd readable.
-    fn ready_fd_signal(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.ready_fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
 
     /// Wakes the waiter, if there is one.
