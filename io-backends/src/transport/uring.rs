@@ -208,33 +208,32 @@ impl Ring {
     }
 
     /// Takes every completion: finished receives wait in `ready`; finished sends free
-    /// their slots and are returned as (slot, result). Also says whether a wake-up was
-    /// among them.
-    fn reap(&mut self) -> (Vec<(usize, i32)>, bool) {
-        let done: Vec<(u64, i32)> =
-            self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
-        let mut sends = Vec::new();
+    /// their slots and are handed to `sent` as (destination, result). Returns whether a
+    /// wake-up was among them. Allocates nothing: this runs on every send and receive.
+    fn reap(&mut self, mut sent: impl FnMut(SocketAddr, i32)) -> bool {
+        let Ring { ring, recv, send, free_send, ready, in_flight, .. } = self;
         let mut woken = false;
-        for (tag, res) in done {
+        for c in ring.completion() {
+            let (tag, res) = (c.user_data(), c.result());
             if tag == WAKE {
                 woken = true;
                 continue;
             }
-            self.in_flight -= 1;
+            *in_flight -= 1;
             if tag & CANCEL != 0 {
                 continue;
             }
             if tag & SEND != 0 {
                 let i = (tag & !SEND) as usize;
-                self.send[i].tail = None; // the message's bytes may go
-                self.free_send.push(i);
-                sends.push((i, res));
+                send[i].tail = None; // the message's bytes may go
+                free_send.push(i);
+                sent(send[i].to, res);
             } else {
-                self.recv[tag as usize].done = Some(res);
-                self.ready.push_back(tag as usize);
+                recv[tag as usize].done = Some(res);
+                ready.push_back(tag as usize);
             }
         }
-        (sends, woken)
+        woken
     }
 
     /// Cancels every posted operation and waits until the kernel has released them all.
@@ -259,7 +258,7 @@ impl Ring {
             if self.ring.submit_and_wait(1).is_err() {
                 break;
             }
-            self.reap();
+            self.reap(|_, _| {});
         }
         if self.in_flight > 0 {
             // The kernel may still write into the slots: never free them.
@@ -648,22 +647,20 @@ impl UringTransport {
     /// Takes completions; failed sends are counted and their peers reported. Returns
     /// whether a wake-up was among them.
     fn reap(&mut self) -> bool {
-        let (sends, woken) = self.ring.reap();
-        for (i, res) in sends {
+        let socket = &mut self.socket;
+        self.ring.reap(|to, res| {
             if res >= 0 {
-                self.socket.stats.tx_datagrams += 1;
+                socket.stats.tx_datagrams += 1;
             } else if sys::may_be_pending(-res)
-                && (sys::drain_errors(self.socket.fd(), &mut self.socket.reports())
+                && (sys::drain_errors(socket.fd(), &mut socket.reports())
                     || -res == libc::ECONNREFUSED)
             {
                 // A pending ICMP error about an earlier packet; this one was not sent.
-                self.socket.stats.tx_dropped += 1;
+                socket.stats.tx_dropped += 1;
             } else {
-                let to = self.ring.send[i].to;
-                sys::refused(to, -res, &mut self.socket.reports());
+                sys::refused(to, -res, &mut socket.reports());
             }
-        }
-        woken
+        })
     }
 
     /// Copies the datagram in receive slot `i` (`len` bytes) into `batch`.
