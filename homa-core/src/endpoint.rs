@@ -98,6 +98,23 @@ pub struct Endpoint {
     metrics: Metrics,
     rx_bytes: u64,
     tx_bytes: u64,
+    /// The DATA packet whose payload [`Endpoint::placement`] made room for.
+    placed: Option<Placed>,
+}
+
+/// A DATA packet's payload: its bytes, or how many of them `placement` put in the message.
+#[derive(Debug, Clone, Copy)]
+enum Arrived<'a> {
+    Bytes(&'a [u8]),
+    Placed(u32),
+}
+
+/// A placement awaiting [`Endpoint::handle_placed`]: the packet's source and header.
+#[derive(Debug)]
+struct Placed {
+    from: SocketAddr,
+    header: [u8; data::HEADER_LEN],
+    len: u32,
 }
 
 impl Endpoint {
@@ -126,6 +143,7 @@ impl Endpoint {
             metrics: Metrics::default(),
             rx_bytes: 0,
             tx_bytes: 0,
+            placed: None,
             config,
         })
     }
@@ -638,6 +656,76 @@ impl Endpoint {
         from: SocketAddr,
         bytes: &[u8],
     ) -> Result<(), wire::Error> {
+        self.placed = None; // its message may change now
+        self.receive(now, from, bytes, None)
+    }
+
+    /// Receive-in-place, for I/O layers that can read a datagram's first bytes before the
+    /// rest (e.g. with `MSG_PEEK`). When the DATA packet from `from` that starts with
+    /// `header` (at least [`data::HEADER_LEN`] bytes) and carries `payload_len` bytes of
+    /// payload extends its message's bytes in order, returns the message's buffer: it holds
+    /// the bytes before the packet's and has room for its payload. The caller appends the
+    /// payload (e.g. receives it straight into the spare capacity, sparing the copy that
+    /// [`handle_packet`](Self::handle_packet) makes), then calls
+    /// [`handle_placed`](Self::handle_placed) with the header. `None`: receive the packet
+    /// and hand it to `handle_packet` as usual. A caller that gives up leaves nothing the
+    /// next call would notice; one that does anything but append corrupts that message.
+    pub fn placement(
+        &mut self,
+        from: SocketAddr,
+        header: &[u8],
+        payload_len: usize,
+    ) -> Option<&mut Vec<u8>> {
+        self.placed = None;
+        let header: [u8; data::HEADER_LEN] = header.get(..data::HEADER_LEN)?.try_into().ok()?;
+        let repr = wire::Repr::parse_up_to(&header, self.config.max_message_length).ok()?;
+        let Body::Data { repr: d, .. } = repr.body else { return None };
+        let h = &repr.header;
+        let len = u32::try_from(payload_len).ok()?;
+        let r = self.find_rpc(from, h)?;
+        let x =
+            self.rpcs.get(r).filter(|x| x.state == State::Incoming && x.local_port == h.dport)?;
+        if x.msgin.as_ref()?.length != d.message_length {
+            return None;
+        }
+        self.placed = Some(Placed { from, header, len });
+        let m = self.rpcs.get_mut(r)?.msgin.as_mut()?;
+        let buf = m.place(data::effective_offset(d.seg_offset, h.sequence), len);
+        if buf.is_none() {
+            self.placed = None;
+        }
+        buf
+    }
+
+    /// Handles the DATA packet whose payload the caller appended to the buffer the last
+    /// [`placement`](Self::placement) returned (`header` is the packet's header, as then).
+    /// Fails with [`ApiError::NotPlaced`] (and changes nothing) if that placement was not
+    /// the last call that took input, or was for another header. If the caller appended
+    /// other than the packet's payload length, the packet is dropped as a duplicate.
+    pub fn handle_placed(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        header: &[u8],
+    ) -> Result<(), ApiError> {
+        let placed = self.placed.take();
+        let Some(p) = placed.filter(|p| p.from == from && header == p.header) else {
+            return Err(ApiError::NotPlaced);
+        };
+        // `placement` parsed this header: it parses again.
+        let _ = self.receive(now, from, &p.header, Some(p.len));
+        Ok(())
+    }
+
+    /// `handle_packet`, or with `placed`, `handle_placed` (`bytes` is then the header, and
+    /// the payload is in its message already).
+    fn receive(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        bytes: &[u8],
+        placed: Option<u32>,
+    ) -> Result<(), wire::Error> {
         self.advance(now);
         self.metrics.packets_in += 1;
         let repr = match wire::Repr::parse_up_to(bytes, self.config.max_message_length) {
@@ -649,15 +737,16 @@ impl Endpoint {
         };
         let i = type_index(repr.packet_type());
         self.metrics.packets_in_by_type[i] += 1;
-        self.metrics.bytes_in_by_type[i] += bytes.len() as u64;
-        if self.dispatch(from, &repr) {
+        self.metrics.bytes_in_by_type[i] += (bytes.len() + placed.unwrap_or(0) as usize) as u64;
+        if self.dispatch(from, &repr, placed) {
             self.metrics.accepted += 1;
         }
         Ok(())
     }
 
-    /// Routes a valid packet; returns whether it was accepted (drops are counted here).
-    fn dispatch(&mut self, from: SocketAddr, p: &wire::Repr<'_>) -> bool {
+    /// Routes a valid packet (for DATA whose payload is `placed` in its message already,
+    /// that many bytes); returns whether it was accepted (drops are counted here).
+    fn dispatch(&mut self, from: SocketAddr, p: &wire::Repr<'_>, placed: Option<u32>) -> bool {
         let h = &p.header;
         let id = wire::local_id(h.sender_id);
         let server_side = !wire::is_client_id(id);
@@ -669,16 +758,14 @@ impl Endpoint {
             self.metrics.drops.no_port += 1;
             return false;
         }
-        let rpc = if server_side {
-            self.rpcs.find_server(from, id)
-        } else {
-            self.rpcs
-                .find_client(id)
-                .filter(|&r| self.rpcs.get(r).is_some_and(|x| x.local_port == h.dport))
-        };
+        let rpc = self.find_rpc(from, h);
         match p.body {
             Body::Data { repr, payload } => {
                 let offset = data::effective_offset(repr.seg_offset, h.sequence);
+                let payload = match placed {
+                    Some(len) => Arrived::Placed(len),
+                    None => Arrived::Bytes(payload),
+                };
                 self.handle_data(from, h, id, rpc, &repr, offset, payload)
             }
             Body::Grant(g) => self.with_rpc(rpc, |ep, r| ep.handle_grant(r, g)),
@@ -716,6 +803,18 @@ impl Endpoint {
         }
     }
 
+    /// The RPC a packet with header `h` from `from` is about, if it exists.
+    fn find_rpc(&self, from: SocketAddr, h: &header::Repr) -> Option<RpcRef> {
+        let id = wire::local_id(h.sender_id);
+        if wire::is_client_id(id) {
+            self.rpcs
+                .find_client(id)
+                .filter(|&r| self.rpcs.get(r).is_some_and(|x| x.local_port == h.dport))
+        } else {
+            self.rpcs.find_server(from, id)
+        }
+    }
+
     fn with_rpc(&mut self, rpc: Option<RpcRef>, f: impl FnOnce(&mut Endpoint, RpcRef)) -> bool {
         match rpc {
             Some(r) => {
@@ -746,7 +845,7 @@ impl Endpoint {
         rpc: Option<RpcRef>,
         d: &data::Repr,
         offset: u32,
-        payload: &[u8],
+        payload: Arrived<'_>,
     ) -> bool {
         let r = match rpc {
             Some(r) => r,
@@ -783,7 +882,11 @@ impl Endpoint {
             self.metrics.drops.inconsistent += 1;
             return false;
         }
-        let added = m.add(offset, payload, self.config.max_gaps as usize);
+        let max_gaps = self.config.max_gaps as usize;
+        let added = match payload {
+            Arrived::Bytes(bytes) => m.add(offset, bytes, max_gaps),
+            Arrived::Placed(len) => m.add_placed(offset, len, max_gaps),
+        };
         let complete = m.is_complete();
         let grantable = m.grantable;
         // Data that cannot belong to the message (past its end, or of another length above)

@@ -28,9 +28,10 @@ pub(crate) struct Gap {
 #[derive(Debug)]
 pub(crate) struct InMessage {
     pub(crate) length: u32,
-    /// The message bytes up to `recv_end` (gaps zero-filled until their packets arrive). Its
-    /// capacity is reserved when the message is accepted, but nothing is zeroed in advance:
-    /// in-order packets are appended.
+    /// The message bytes up to `recv_end` (gaps zero-filled until their packets arrive),
+    /// possibly followed by room a placement made and nobody filled. Its capacity is
+    /// reserved when the message is accepted, but nothing is zeroed in advance: in-order
+    /// packets are appended.
     pub(crate) buf: Vec<u8>,
     pub(crate) bytes_remaining: u32,
     /// End of the highest byte range received so far.
@@ -81,7 +82,49 @@ impl InMessage {
         payload: &[u8],
         max_gaps: usize,
     ) -> Result<(), Rejected> {
-        let len = payload.len() as u32;
+        self.accept(offset, payload.len() as u32, max_gaps)?;
+        let (start, end) = (offset as usize, offset as usize + payload.len());
+        // Bytes past `recv_end` may be left from a placement that was not completed.
+        if start >= self.buf.len() {
+            self.buf.resize(start, 0);
+            self.buf.extend_from_slice(payload);
+        } else {
+            if end > self.buf.len() {
+                self.buf.resize(end, 0);
+            }
+            self.buf[start..end].copy_from_slice(payload);
+        }
+        Ok(())
+    }
+
+    /// The buffer, ready for the caller to append `len` bytes at `offset`, if they extend
+    /// the received bytes in order (see `Endpoint::placement`).
+    pub(crate) fn place(&mut self, offset: u32, len: u32) -> Option<&mut Vec<u8>> {
+        if offset != self.recv_end || len == 0 || len > self.length - offset {
+            return None;
+        }
+        self.buf.truncate(offset as usize); // what an abandoned placement left
+        self.buf.reserve_exact(len as usize);
+        Some(&mut self.buf)
+    }
+
+    /// Accounts for `len` bytes at `offset` that the caller appended after
+    /// [`place`](Self::place). Anything else it left is discarded and the packet rejected.
+    pub(crate) fn add_placed(
+        &mut self,
+        offset: u32,
+        len: u32,
+        max_gaps: usize,
+    ) -> Result<(), Rejected> {
+        if self.buf.len() != offset as usize + len as usize {
+            self.buf.truncate(offset.min(self.recv_end) as usize);
+            return Err(Rejected::Duplicate);
+        }
+        self.accept(offset, len, max_gaps)
+    }
+
+    /// The bookkeeping of [`add`](Self::add): received ranges, gaps and bytes remaining.
+    fn accept(&mut self, offset: u32, len: u32, max_gaps: usize) -> Result<(), Rejected> {
         if offset >= self.length || len > self.length - offset {
             return Err(Rejected::PastEnd);
         }
@@ -99,12 +142,6 @@ impl InMessage {
             self.recv_end = end;
         } else {
             self.fill_gap(offset, end, max_gaps)?;
-        }
-        if offset as usize >= self.buf.len() {
-            self.buf.resize(offset as usize, 0);
-            self.buf.extend_from_slice(payload);
-        } else {
-            self.buf[offset as usize..end as usize].copy_from_slice(payload);
         }
         self.bytes_remaining -= len;
         Ok(())
