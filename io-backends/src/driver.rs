@@ -21,11 +21,13 @@ use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::slice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
 
+use homa_core::wire::data;
 use homa_core::{Endpoint, Event, FailReason, Instant, Payload, ServerRpc};
 
 use crate::cidr::Cidr;
@@ -40,6 +42,9 @@ const BATCH: usize = 32;
 const RX_ROUNDS: usize = 64;
 /// Timer passes in one go before leaving the rest to the (already due) timerfd.
 const TIMER_ROUNDS: usize = 8;
+/// Datagrams from this long are received in place when they can be (`Inner::placing`):
+/// the payload copy saved then outweighs the extra system call that looks at the header.
+const PLACE_MIN: usize = 16 * 1024;
 /// How late a timer tick may fire (see `Inner::arm`): a busy socket's leader runs it
 /// first. Ticks are a millisecond; Homa acts on several of them.
 const TICK_SLACK: Instant = 250_000;
@@ -194,6 +199,10 @@ pub(crate) struct Inner {
     /// Datagrams the next [`Shared::drive`] asks for: 1, or a batch after a turn that
     /// found as many as it asked for.
     drive_vlen: usize,
+    /// Bulk data is arriving: receive in place (`homa_core::Endpoint::placement`), one
+    /// datagram at a time, while the datagrams are large DATA packets. Only for transports
+    /// that can.
+    placing: bool,
     calls: HashMap<u64, PendingCall, IdHash>,
     /// Application deadlines of calls: (when, id).
     deadlines: BTreeSet<(Instant, u64)>,
@@ -353,6 +362,7 @@ impl Shared {
             rx: Batch::new(BATCH, RECV_SLOT_LEN),
             rx1: Batch::new(1, RECV_SLOT_LEN),
             drive_vlen: 1,
+            placing: false,
             calls: HashMap::default(),
             deadlines: BTreeSet::new(),
             requests: VecDeque::new(),
@@ -574,7 +584,8 @@ impl Shared {
                 self.release(inner);
                 return r;
             }
-            if use_waiter {
+            // Bulk data is received in place, one datagram at a time: not by the waiter.
+            if use_waiter && !inner.placing {
                 // Unless an event loop watches it, the readiness fd goes unwatched until
                 // the driver thread watches again (`watch_transport`), across calls in a
                 // loop.
@@ -614,9 +625,10 @@ impl Shared {
                     inner.receive(now);
                 } else {
                     inner.feed(now, batch);
-                    if batch.is_full() {
+                    // More may be waiting; bulk data, to be received in place.
+                    if batch.is_full() || inner.placing {
                         inner.drain(now); // answer this batch before taking more
-                        inner.receive(now); // more may be waiting
+                        inner.receive(now);
                     }
                 }
                 drop(w);
@@ -639,7 +651,7 @@ impl Shared {
             }
             let now = inner.clock(self.now());
             inner.receive(now);
-            inner.settle(false);
+            inner.settle(true); // timers too, as after the waiter's receive
             inner.in_leader = false;
         }
     }
@@ -771,7 +783,7 @@ impl Shared {
         // A leader blocked in the waiter's receive owns the socket until it returns.
         let got = if inner.leader_blocking {
             0
-        } else if inner.drive_vlen == 1 {
+        } else if inner.drive_vlen == 1 && !inner.placing {
             // Usually one datagram woke the loop: one `recvfrom`, no batch set up. If more
             // wait, the descriptor stays readable and the next turn takes batches.
             let mut rx = mem::replace(&mut inner.rx1, Batch::new(0, 0));
@@ -970,9 +982,23 @@ impl Inner {
         self.allow.is_empty() || self.allow.iter().any(|c| c.contains(from.ip()))
     }
 
-    /// Receives what is waiting (a bounded number of batches) and feeds it to the endpoint;
+    /// Receives what is waiting (a bounded number of batches; or while bulk data arrives,
+    /// up to a batch's worth in place, one datagram at a time) and feeds it to the endpoint;
     /// returns the number of datagrams.
     fn receive(&mut self, now: Instant) -> usize {
+        if self.placing {
+            // A batch's worth, then the caller's turn (it may be waiting for what came).
+            let mut got = 0;
+            while got < BATCH && self.receive_in_place(now) {
+                got += 1;
+                // The GRANTs it draws go at once: the sender may be waiting for them.
+                self.drain(now);
+                self.flush();
+            }
+            if got > 0 {
+                return got;
+            }
+        }
         let mut rx = mem::replace(&mut self.rx, Batch::new(0, 0));
         let mut got = 0;
         for round in 0..RX_ROUNDS {
@@ -995,11 +1021,71 @@ impl Inner {
         got
     }
 
+    /// Receives the next datagram straight into its message, if it is a large DATA packet
+    /// that extends its message in order (see `Endpoint::placement`); returns whether it
+    /// did. If not, it is left for `recv`.
+    fn receive_in_place(&mut self, now: Instant) -> bool {
+        let mut head = [0; data::HEADER_LEN];
+        let Some((from, len)) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
+            return false;
+        };
+        if len < PLACE_MIN || !self.allowed(from) {
+            return false;
+        }
+        let payload_len = len - data::HEADER_LEN;
+        let (Some(transport), Some(message)) =
+            (self.transport.as_mut(), self.endpoint.placement(from, &head, payload_len))
+        else {
+            return false;
+        };
+        let Some(rest) = message.spare_capacity_mut().get_mut(..payload_len) else {
+            return false; // room was promised
+        };
+        let mut got = [0; data::HEADER_LEN];
+        let other = match transport.recv_split(&mut got, rest) {
+            Ok(r) if r == (from, len) && got == head => {
+                // SAFETY: the kernel wrote the whole payload into the spare capacity.
+                unsafe { message.set_len(message.len() + payload_len) };
+                None
+            }
+            // Not the datagram peeked at (receives are serialized: never seen). It goes the
+            // usual way.
+            Ok((from, len)) => {
+                let mut packet = got[..len.min(data::HEADER_LEN)].to_vec();
+                let written = len.saturating_sub(data::HEADER_LEN).min(payload_len);
+                // SAFETY: the kernel wrote that much of the payload into `rest`.
+                let payload = unsafe { slice::from_raw_parts(rest.as_ptr().cast::<u8>(), written) };
+                packet.extend_from_slice(payload);
+                Some((from, packet))
+            }
+            Err(e) => {
+                tracing::error!("receive failed: {e}");
+                return false;
+            }
+        };
+        match other {
+            None => {
+                let _ = self.endpoint.handle_placed(now, from, &got);
+            }
+            Some((from, packet)) if self.allowed(from) => {
+                let _ = self.endpoint.handle_packet(now, from, &packet);
+            }
+            Some(_) => self.counters.dropped_by_allow_list += 1,
+        }
+        true
+    }
+
     /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits). The caller
     /// drains next (before receiving more, or settling), so the endpoint answers the whole
     /// batch together: one GRANT per message, not one per DATA packet; the DATA that GRANTs
-    /// allow, in runs.
+    /// allow, in runs. Large datagrams start receiving in place, if the transport can.
     fn feed(&mut self, now: Instant, rx: &Batch) {
+        if !rx.is_empty() {
+            // (Not for what GRO coalesced: several small packets.)
+            self.placing = (0..rx.len())
+                .any(|i| rx.get(i).0.segment == 0 && rx.get(i).0.len >= PLACE_MIN)
+                && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
+        }
         for i in 0..rx.len() {
             let (d, bytes) = rx.get(i);
             if !self.allowed(d.addr) {

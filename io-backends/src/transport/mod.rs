@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::str::FromStr;
@@ -268,10 +269,14 @@ pub struct TransportStats {
     pub tx_dropped: u64,
     /// Datagrams received.
     pub rx_datagrams: u64,
-    /// System calls (or ring completions reaped in a batch) that received them.
+    /// System calls (or ring completions reaped in a batch) that received them, or looked
+    /// at one first ([`Transport::peek`]).
     pub rx_calls: u64,
     /// Received datagrams dropped as malformed below Homa (truncated, bad IP header).
     pub rx_dropped: u64,
+    /// Of `rx_datagrams`, those received straight into their message
+    /// ([`Transport::recv_split`]).
+    pub rx_in_place: u64,
     /// Peers reported unreachable (ICMP errors, failed sends).
     pub unreachable: u64,
 }
@@ -345,6 +350,32 @@ pub trait Transport: Send + fmt::Debug {
     /// received). io_uring turns its eventfd off meanwhile, saving a system call per send
     /// and receive.
     fn waiter_in_use(&mut self, _in_use: bool) {}
+
+    /// Whether this transport receives in place ([`peek`](Transport::peek),
+    /// [`recv_split`](Transport::recv_split)); by default not.
+    fn receives_in_place(&self) -> bool {
+        false
+    }
+
+    /// Receive-in-place (`homa_core::Endpoint::placement`): the next datagram's transport
+    /// address and whole length, with its first `head.len()` bytes in `head`, without
+    /// taking it. `None` if nothing waits, or it is not one Homa packet (then `recv` takes
+    /// it), or the transport does not receive in place.
+    fn peek(&mut self, _head: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        None
+    }
+
+    /// Takes the datagram [`peek`](Transport::peek) saw: its first `head.len()` bytes into
+    /// `head`, the rest into `rest`. Returns its transport address and whole length (if
+    /// longer than both, it was cut short): the bytes of `rest` up to that length are
+    /// initialized.
+    fn recv_split(
+        &mut self,
+        _head: &mut [u8],
+        _rest: &mut [MaybeUninit<u8>],
+    ) -> io::Result<(SocketAddr, usize)> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// A receiver that blocks in the kernel ([`Transport::waiter`]), and how to wake it.

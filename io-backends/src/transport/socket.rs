@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
@@ -233,6 +234,32 @@ impl Transport for SocketTransport {
 
     fn poll_unreachable(&mut self) -> Option<Unreachable> {
         self.unreachable.pop_front()
+    }
+
+    /// UDP only: raw IPv4 sockets deliver the IP header first, of varying length.
+    fn receives_in_place(&self) -> bool {
+        !self.raw()
+    }
+
+    fn peek(&mut self, head: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        if !self.receives_in_place() {
+            return None;
+        }
+        self.stats.rx_calls += 1;
+        // Wake-ups for the waiter are the receive's to skip.
+        sys::peek(self.fd(), head, self.gro.on()).filter(|p| Some(p.0) != self.kick_from)
+    }
+
+    fn recv_split(
+        &mut self,
+        head: &mut [u8],
+        rest: &mut [MaybeUninit<u8>],
+    ) -> io::Result<(SocketAddr, usize)> {
+        let got = sys::recv_split(self.fd(), head, rest)?;
+        self.stats.rx_calls += 1;
+        self.stats.rx_datagrams += 1;
+        self.stats.rx_in_place += 1;
+        Ok(got)
     }
 
     fn read_errors(&mut self) {

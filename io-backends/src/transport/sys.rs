@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::mem;
+use std::mem::{self, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 use std::ptr;
@@ -12,8 +12,8 @@ use homa_core::wire::tos_for_priority;
 
 use super::{Batch, Datagram, TransportStats, Unreachable};
 
-/// Room for the control messages of one sent datagram: TOS / traffic class and the UDP
-/// segment size (CMSG_SPACE of an int and of a u16: 24 bytes each on 64-bit Linux).
+/// Room for the control messages of one datagram: TOS / traffic class and the UDP segment
+/// size (CMSG_SPACE of an int and of a u16: 24 bytes each on 64-bit Linux).
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 pub(super) struct CmsgBuf(pub(super) [u8; 64]);
@@ -633,6 +633,84 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
     batch.push(Datagram { addr: from, len, priority: 0, segment: 0 });
     r.stats.rx_datagrams += 1;
     Ok(())
+}
+
+/// Looks at the next UDP datagram without taking it (`MSG_PEEK`): its source, its whole
+/// length, and its first `head.len()` bytes in `head`. `None` if nothing waits, on an error
+/// (the next receive meets and reports it), or if UDP GRO coalesced several packets into it
+/// (`gro`: the socket has GRO on).
+pub(super) fn peek(fd: RawFd, head: &mut [u8], gro: bool) -> Option<(SocketAddr, usize)> {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage and msghdr.
+    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    let mut control = CmsgBuf::ZERO;
+    let mut iov = libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() };
+    msg.msg_name = ptr::from_mut(&mut name).cast();
+    msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if gro {
+        msg.msg_control = ptr::from_mut(&mut control).cast();
+        msg.msg_controllen = mem::size_of::<CmsgBuf>();
+    }
+    let flags = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
+    let len = loop {
+        // SAFETY: msg points to live buffers of the lengths it gives.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+        if n >= 0 {
+            break n as usize;
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    };
+    // SAFETY: the kernel just filled msg, control buffer included.
+    let segment = if gro { unsafe { gro_segment(&msg) } } else { 0 };
+    if segment != 0 && segment < len {
+        return None;
+    }
+    let from = read_sockaddr(&name)?;
+    Some((SocketAddr::new(from.ip().to_canonical(), from.port()), len))
+}
+
+/// Receives the next UDP datagram split in two: its first `head.len()` bytes into `head`,
+/// the rest into `rest`. Returns its source and whole length (a datagram longer than both
+/// was cut short). The part in `rest` is received into a 64-byte-aligned iovec after the
+/// few bytes before the first aligned address: the kernel copies several times slower to
+/// an unaligned destination (see [`Batch`]).
+pub(super) fn recv_split(
+    fd: RawFd,
+    head: &mut [u8],
+    rest: &mut [MaybeUninit<u8>],
+) -> io::Result<(SocketAddr, usize)> {
+    let split = rest.as_ptr().align_offset(64).min(rest.len());
+    let (before, aligned) = rest.split_at_mut(split);
+    let iovec = |p: *mut u8, len| libc::iovec { iov_base: p.cast(), iov_len: len };
+    let mut iov = [
+        iovec(head.as_mut_ptr(), head.len()),
+        iovec(before.as_mut_ptr().cast(), before.len()),
+        iovec(aligned.as_mut_ptr().cast(), aligned.len()),
+    ];
+    // SAFETY: all-zero bytes are a valid sockaddr_storage and msghdr.
+    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_name = ptr::from_mut(&mut name).cast();
+    msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len();
+    let len = loop {
+        // SAFETY: msg points to live buffers of the lengths it gives.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    };
+    let from = read_sockaddr(&name).ok_or_else(|| io::Error::other("no IP source address"))?;
+    Ok((SocketAddr::new(from.ip().to_canonical(), from.port()), len))
 }
 
 /// The UDP GRO segment size in a received message's control data, or 0.
