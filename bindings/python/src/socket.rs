@@ -249,7 +249,7 @@ impl Socket {
                 "tx_datagrams": t.tx_datagrams, "tx_calls": t.tx_calls,
                 "tx_dropped": t.tx_dropped, "rx_datagrams": t.rx_datagrams,
                 "rx_calls": t.rx_calls, "rx_dropped": t.rx_dropped,
-                "unreachable": t.unreachable,
+                "rx_in_place": t.rx_in_place, "unreachable": t.unreachable,
             },
             "dropped_by_allow_list": m.dropped_by_allow_list,
             "wakeups": m.wakeups,

@@ -89,6 +89,8 @@ struct Cell {
     wakeups: u64,
     /// Homa only: packets dropped (endpoints, transports: refused sends, bad datagrams).
     drops: u64,
+    /// Homa only: datagrams received straight into their message.
+    in_place: u64,
 }
 
 impl Cell {
@@ -102,6 +104,7 @@ impl Cell {
         self.datagrams += o.datagrams;
         self.syscalls += o.syscalls;
         self.retransmitted += o.retransmitted;
+        self.in_place += o.in_place;
         self.wakeups += o.wakeups;
         self.drops += o.drops;
     }
@@ -144,7 +147,7 @@ impl Contender {
 }
 
 /// Sums of the transport counters of a pair's two sockets.
-fn homa_counters(pair: &HomaPair) -> [u64; 5] {
+fn homa_counters(pair: &HomaPair) -> [u64; 6] {
     let (c, s) = (pair.client.metrics(), pair.server.metrics());
     let t = |m: &homa_io::Metrics| {
         [
@@ -153,6 +156,7 @@ fn homa_counters(pair: &HomaPair) -> [u64; 5] {
             m.core.retransmitted_packets,
             m.wakeups,
             m.core.drops.total() + m.transport.tx_dropped + m.transport.rx_dropped,
+            m.transport.rx_in_place,
         ]
     };
     let (a, b) = (t(&c), t(&s));
@@ -211,6 +215,7 @@ fn homa_turn(
     cell.retransmitted = after[2] - before[2];
     cell.wakeups = after[3] - before[3];
     cell.drops = after[4] - before[4];
+    cell.in_place = after[5] - before[5];
     if tracing::enabled!(tracing::Level::DEBUG) {
         let (c, s) = (pair.client.metrics(), pair.server.metrics());
         tracing::debug!(client = ?c.core.drops, client_transport = ?c.transport, server = ?s.core.drops, server_transport = ?s.transport, "counters");
@@ -378,6 +383,7 @@ fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value
                 "cores_busy": cell.cores(),
                 "datagrams_per_mb": homa.then(|| cell.datagrams as f64 / mb),
                 "syscalls_per_mb": homa.then(|| cell.syscalls as f64 / mb),
+                "in_place_per_mb": homa.then(|| cell.in_place as f64 / mb),
                 "retransmitted_packets": homa.then_some(cell.retransmitted),
                 "driver_wakeups": homa.then_some(cell.wakeups),
                 "dropped_packets": homa.then_some(cell.drops),
@@ -421,7 +427,7 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>9}  {:<24} {:>8} {:>7} {:>9} {:>6} {:>12} {:>11}",
+        "{:>9}  {:<24} {:>8} {:>7} {:>9} {:>6} {:>12} {:>11} {:>11}",
         "in flight",
         "contender",
         "Gbit/s",
@@ -429,7 +435,8 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
         "CPU s/GB",
         "cores",
         "datagrams/MB",
-        "syscalls/MB"
+        "syscalls/MB",
+        "in place/MB"
     );
     for (li, &level) in args.in_flight.iter().enumerate() {
         let tcp = tcp_cell(all, li);
@@ -444,19 +451,20 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
                 continue;
             }
             let mb = cell.bytes as f64 / 1e6;
-            let (dg, sc) = if c.name == "tcp" {
-                ("-".to_string(), "-".to_string())
+            let (dg, sc, ip) = if c.name == "tcp" {
+                ("-".to_string(), "-".to_string(), "-".to_string())
             } else {
                 (
                     format!("{:.1}", cell.datagrams as f64 / mb),
                     format!("{:.1}", cell.syscalls as f64 / mb),
+                    format!("{:.1}", cell.in_place as f64 / mb),
                 )
             };
             let vs =
                 tcp.map_or("-".to_string(), |t| format!("{:.0}%", cell.gbps() / t.gbps() * 100.0));
             let _ = writeln!(
                 s,
-                "{level:>9}  {:<24} {:>8.2} {vs:>7} {:>9.2} {:>6.2} {dg:>12} {sc:>11}",
+                "{level:>9}  {:<24} {:>8.2} {vs:>7} {:>9.2} {:>6.2} {dg:>12} {sc:>11} {ip:>11}",
                 c.name,
                 cell.gbps(),
                 cell.cpu_per_gb(),
