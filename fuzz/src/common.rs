@@ -174,16 +174,25 @@ impl Node {
         self.see(now);
         self.handed += 1;
         let before = self.ep.metrics();
-        // Half the packets (by their last byte) are offered for receive-in-place first, as
-        // the I/O layer does with large ones, so both paths see every kind of input.
+        // Half the packets (by their last byte's bit 0) are offered for receive-in-place
+        // first, as the I/O layer does with large ones, so both paths see every kind of
+        // input. Bit 1: the caller appends junk and gives up (then `handle_packet` takes
+        // the packet, which must not notice); bit 2: it appends a byte too few (the packet
+        // is lost).
         let header_len = wire::data::HEADER_LEN;
-        if bytes.len() > header_len && bytes[bytes.len() - 1] & 1 == 1 {
+        let mode = bytes.last().copied().unwrap_or(0);
+        if bytes.len() > header_len && mode & 1 == 1 {
             let payload = &bytes[header_len..];
             if let Some(message) = self.ep.placement(from, bytes, payload.len()) {
-                message.extend_from_slice(payload);
-                let placed = self.ep.handle_placed(now, from, &bytes[..header_len]);
-                assert_eq!(placed, Ok(()), "a placement is handled");
-                return (Ok(()), self.after_input(hold));
+                if mode & 2 == 2 {
+                    message.extend(payload.iter().map(|b| !b).chain([0xEE; 7]));
+                } else {
+                    let short = usize::from(mode & 4 == 4);
+                    message.extend_from_slice(&payload[..payload.len() - short]);
+                    let placed = self.ep.handle_placed(now, from, &bytes[..header_len]);
+                    assert_eq!(placed, Ok(()), "a placement is handled");
+                    return (Ok(()), self.after_input(hold));
+                }
             }
         }
         let result = self.ep.handle_packet(now, from, bytes);

@@ -99,7 +99,7 @@ pub struct Endpoint {
     rx_bytes: u64,
     tx_bytes: u64,
     /// The DATA packet whose payload [`Endpoint::placement`] made room for.
-    placed: Option<Placed>,
+    pending_placement: Option<Placement>,
 }
 
 /// A DATA packet's payload: its bytes, or how many of them `placement` put in the message.
@@ -109,12 +109,14 @@ enum Arrived<'a> {
     Placed(u32),
 }
 
-/// A placement awaiting [`Endpoint::handle_placed`]: the packet's source and header.
+/// A placement awaiting [`Endpoint::handle_placed`]: the packet's source, header and
+/// payload length, and its RPC.
 #[derive(Debug)]
-struct Placed {
+struct Placement {
     from: SocketAddr,
     header: [u8; data::HEADER_LEN],
     len: u32,
+    rpc: RpcRef,
 }
 
 impl Endpoint {
@@ -143,7 +145,7 @@ impl Endpoint {
             metrics: Metrics::default(),
             rx_bytes: 0,
             tx_bytes: 0,
-            placed: None,
+            pending_placement: None,
             config,
         })
     }
@@ -656,7 +658,7 @@ impl Endpoint {
         from: SocketAddr,
         bytes: &[u8],
     ) -> Result<(), wire::Error> {
-        self.placed = None; // its message may change now
+        self.pending_placement = None; // its message may change now
         self.receive(now, from, bytes, None)
     }
 
@@ -676,7 +678,7 @@ impl Endpoint {
         header: &[u8],
         payload_len: usize,
     ) -> Option<&mut Vec<u8>> {
-        self.placed = None;
+        self.pending_placement = None;
         let header: [u8; data::HEADER_LEN] = header.get(..data::HEADER_LEN)?.try_into().ok()?;
         let repr = wire::Repr::parse_up_to(&header, self.config.max_message_length).ok()?;
         let Body::Data { repr: d, .. } = repr.body else { return None };
@@ -688,28 +690,34 @@ impl Endpoint {
         if x.msgin.as_ref()?.length != d.message_length {
             return None;
         }
-        self.placed = Some(Placed { from, header, len });
+        self.pending_placement = Some(Placement { from, header, len, rpc: r });
         let m = self.rpcs.get_mut(r)?.msgin.as_mut()?;
         let buf = m.place(data::effective_offset(d.seg_offset, h.sequence), len);
         if buf.is_none() {
-            self.placed = None;
+            self.pending_placement = None;
         }
         buf
     }
 
     /// Handles the DATA packet whose payload the caller appended to the buffer the last
-    /// [`placement`](Self::placement) returned (`header` is the packet's header, as then).
-    /// Fails with [`ApiError::NotPlaced`] (and changes nothing) if that placement was not
-    /// the last call that took input, or was for another header. If the caller appended
-    /// other than the packet's payload length, the packet is dropped as a duplicate.
+    /// [`placement`](Self::placement) returned (`header` starts with the packet's header,
+    /// as then). Fails with [`ApiError::NotPlaced`] (and changes nothing) if there was no
+    /// such placement since the last `handle_packet`, or it was for another header, or its
+    /// RPC has ended since. If the caller appended other than the packet's payload length,
+    /// the packet is dropped as a duplicate.
     pub fn handle_placed(
         &mut self,
         now: Instant,
         from: SocketAddr,
         header: &[u8],
     ) -> Result<(), ApiError> {
-        let placed = self.placed.take();
-        let Some(p) = placed.filter(|p| p.from == from && header == p.header) else {
+        let pending = self.pending_placement.take();
+        let same = |p: &Placement| {
+            p.from == from
+                && header.get(..data::HEADER_LEN) == Some(&p.header[..])
+                && self.rpcs.get(p.rpc).is_some()
+        };
+        let Some(p) = pending.filter(same) else {
             return Err(ApiError::NotPlaced);
         };
         // `placement` parsed this header: it parses again.
@@ -717,14 +725,14 @@ impl Endpoint {
         Ok(())
     }
 
-    /// `handle_packet`, or with `placed`, `handle_placed` (`bytes` is then the header, and
-    /// the payload is in its message already).
+    /// `handle_packet`, or with `placed_len`, `handle_placed` (`bytes` is then the header,
+    /// and that many bytes of payload are in its message already).
     fn receive(
         &mut self,
         now: Instant,
         from: SocketAddr,
         bytes: &[u8],
-        placed: Option<u32>,
+        placed_len: Option<u32>,
     ) -> Result<(), wire::Error> {
         self.advance(now);
         self.metrics.packets_in += 1;
@@ -737,16 +745,16 @@ impl Endpoint {
         };
         let i = type_index(repr.packet_type());
         self.metrics.packets_in_by_type[i] += 1;
-        self.metrics.bytes_in_by_type[i] += (bytes.len() + placed.unwrap_or(0) as usize) as u64;
-        if self.dispatch(from, &repr, placed) {
+        self.metrics.bytes_in_by_type[i] += (bytes.len() + placed_len.unwrap_or(0) as usize) as u64;
+        if self.dispatch(from, &repr, placed_len) {
             self.metrics.accepted += 1;
         }
         Ok(())
     }
 
-    /// Routes a valid packet (for DATA whose payload is `placed` in its message already,
-    /// that many bytes); returns whether it was accepted (drops are counted here).
-    fn dispatch(&mut self, from: SocketAddr, p: &wire::Repr<'_>, placed: Option<u32>) -> bool {
+    /// Routes a valid packet (DATA with `placed_len`: that many bytes of payload are in its
+    /// message already); returns whether it was accepted (drops are counted here).
+    fn dispatch(&mut self, from: SocketAddr, p: &wire::Repr<'_>, placed_len: Option<u32>) -> bool {
         let h = &p.header;
         let id = wire::local_id(h.sender_id);
         let server_side = !wire::is_client_id(id);
@@ -762,7 +770,7 @@ impl Endpoint {
         match p.body {
             Body::Data { repr, payload } => {
                 let offset = data::effective_offset(repr.seg_offset, h.sequence);
-                let payload = match placed {
+                let payload = match placed_len {
                     Some(len) => Arrived::Placed(len),
                     None => Arrived::Bytes(payload),
                 };
@@ -1024,7 +1032,8 @@ impl Endpoint {
         let Some(m) = x.msgin.take() else { return };
         self.rx_bytes -= u64::from(m.length);
         self.metrics.message_bytes_in += u64::from(m.length);
-        let message = m.buf;
+        let mut message = m.buf;
+        message.truncate(m.length as usize); // what an abandoned placement appended past it
         if x.is_client() {
             // The response completes the RPC: free it, and remember to ack the server.
             let (id, cookie) = (x.id, x.cookie);

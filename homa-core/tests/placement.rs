@@ -19,8 +19,8 @@ const LEN: usize = 300_000;
 enum Take {
     Copy,
     InPlace,
-    /// In place, but give every placement up once (after appending junk) before taking the
-    /// packet with `handle_packet`.
+    /// Place, append more junk than the payload, give up, and take the packet with
+    /// `handle_packet`.
     AbandonFirst,
 }
 
@@ -51,12 +51,16 @@ fn run(take: Take) -> Run {
             if take == Take::AbandonFirst
                 && let Some(buf) = s.placement(client, packet, payload_len)
             {
-                buf.extend_from_slice(&vec![0xEE; payload_len]);
+                buf.extend_from_slice(&vec![0xEE; payload_len + 100]);
             }
-            match s.placement(client, packet, payload_len).filter(|_| take != Take::Copy) {
+            let placement = match take {
+                Take::InPlace => s.placement(client, packet, payload_len),
+                _ => None,
+            };
+            match placement {
                 Some(buf) => {
                     buf.extend_from_slice(&packet[HEADER_LEN..]);
-                    s.handle_placed(now, client, &packet[..HEADER_LEN]).unwrap();
+                    s.handle_placed(now, client, packet).unwrap(); // the header, and more
                     placed += 1;
                 }
                 None => s.handle_packet(now, client, packet).unwrap(),
@@ -83,7 +87,7 @@ fn a_message_received_in_place_is_the_message_received_by_copy() {
         assert!(r.message == copied.message, "the message differs");
         // Every packet but the first (which creates the message) extends it in order.
         let packets = copied.server_metrics.packets_in;
-        assert_eq!(r.placed as u64, packets - 1);
+        assert_eq!(r.placed as u64, if take == Take::InPlace { packets - 1 } else { 0 });
         assert_eq!(r.server_metrics, copied.server_metrics);
         assert_eq!(r.server_packets, copied.server_packets, "the server answered differently");
     }
@@ -150,4 +154,16 @@ fn a_placement_is_only_for_the_next_input_and_its_own_header() {
         }
     };
     assert!(message == pattern(LEN, 7));
+
+    // A placement whose RPC ends before it is handled is void.
+    c.send_request(now, port, server, SERVER_PORT, pattern(LEN, 8), 0).unwrap();
+    let mut packets = vec![];
+    while let Some(t) = c.poll_transmit(now, &mut buf) {
+        packets.push(buf[..t.len].to_vec());
+    }
+    s.handle_packet(now, client, &packets[0]).unwrap();
+    let next = &packets[1];
+    assert!(s.placement(client, next, len(next)).is_some());
+    s.unbind(SERVER_PORT).unwrap(); // ends the server's RPCs
+    assert_eq!(s.handle_placed(now, client, &next[..HEADER_LEN]), Err(ApiError::NotPlaced));
 }

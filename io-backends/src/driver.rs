@@ -21,7 +21,6 @@ use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::slice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
@@ -982,22 +981,12 @@ impl Inner {
         self.allow.is_empty() || self.allow.iter().any(|c| c.contains(from.ip()))
     }
 
-    /// Receives what is waiting (a bounded number of batches; or while bulk data arrives,
-    /// up to a batch's worth in place, one datagram at a time) and feeds it to the endpoint;
-    /// returns the number of datagrams.
+    /// Receives what is waiting (a bounded number of batches; while bulk data arrives, a
+    /// batch's worth, one datagram at a time) and feeds it to the endpoint; returns the
+    /// number of datagrams.
     fn receive(&mut self, now: Instant) -> usize {
         if self.placing {
-            // A batch's worth, then the caller's turn (it may be waiting for what came).
-            let mut got = 0;
-            while got < BATCH && self.receive_in_place(now) {
-                got += 1;
-                // The GRANTs it draws go at once: the sender may be waiting for them.
-                self.drain(now);
-                self.flush();
-            }
-            if got > 0 {
-                return got;
-            }
+            return self.receive_bulk(now);
         }
         let mut rx = mem::replace(&mut self.rx, Batch::new(0, 0));
         let mut got = 0;
@@ -1021,9 +1010,37 @@ impl Inner {
         got
     }
 
+    /// `receive` while bulk data arrives: up to a batch's worth of datagrams, each
+    /// received in place if it can be, else alone by copy, and each answered at once (the
+    /// sender may be waiting for its GRANTs). Then the caller's turn: it may be waiting for
+    /// what came.
+    fn receive_bulk(&mut self, now: Instant) -> usize {
+        let mut got = 0;
+        while got < BATCH && self.placing {
+            if !self.receive_in_place(now) {
+                let mut rx = mem::replace(&mut self.rx1, Batch::new(0, 0));
+                rx.clear();
+                let received = self.transport.as_mut().map(|t| t.recv(&mut rx));
+                if let Some(Err(e)) = received {
+                    tracing::error!("receive failed: {e}");
+                }
+                self.feed(now, &rx); // may end the bulk mode
+                let empty = rx.is_empty();
+                self.rx1 = rx;
+                if empty {
+                    break;
+                }
+            }
+            got += 1;
+            self.drain(now);
+            self.flush();
+        }
+        got
+    }
+
     /// Receives the next datagram straight into its message, if it is a large DATA packet
     /// that extends its message in order (see `Endpoint::placement`); returns whether it
-    /// did. If not, it is left for `recv`.
+    /// took it. If not, it is left for `recv`.
     fn receive_in_place(&mut self, now: Instant) -> bool {
         let mut head = [0; data::HEADER_LEN];
         let Some((from, len)) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
@@ -1038,39 +1055,18 @@ impl Inner {
         else {
             return false;
         };
-        let Some(rest) = message.spare_capacity_mut().get_mut(..payload_len) else {
-            return false; // room was promised
-        };
         let mut got = [0; data::HEADER_LEN];
-        let other = match transport.recv_split(&mut got, rest) {
-            Ok(r) if r == (from, len) && got == head => {
-                // SAFETY: the kernel wrote the whole payload into the spare capacity.
-                unsafe { message.set_len(message.len() + payload_len) };
-                None
+        match transport.recv_split(&mut got, message, payload_len) {
+            Ok(Some(f)) if f == from && got == head => {
+                let _ = self.endpoint.handle_placed(now, from, &got);
             }
-            // Not the datagram peeked at (receives are serialized: never seen). It goes the
-            // usual way.
-            Ok((from, len)) => {
-                let mut packet = got[..len.min(data::HEADER_LEN)].to_vec();
-                let written = len.saturating_sub(data::HEADER_LEN).min(payload_len);
-                // SAFETY: the kernel wrote that much of the payload into `rest`.
-                let payload = unsafe { slice::from_raw_parts(rest.as_ptr().cast::<u8>(), written) };
-                packet.extend_from_slice(payload);
-                Some((from, packet))
-            }
+            // Another datagram than the one peeked at: never seen (receives are
+            // serialized). What it appended is past the message's bytes, and goes.
+            Ok(_) => tracing::debug!("a datagram other than the one peeked at: dropped"),
             Err(e) => {
                 tracing::error!("receive failed: {e}");
                 return false;
             }
-        };
-        match other {
-            None => {
-                let _ = self.endpoint.handle_placed(now, from, &got);
-            }
-            Some((from, packet)) if self.allowed(from) => {
-                let _ = self.endpoint.handle_packet(now, from, &packet);
-            }
-            Some(_) => self.counters.dropped_by_allow_list += 1,
         }
         true
     }
@@ -1183,7 +1179,16 @@ impl Inner {
                 // Not while a leader sleeps in the waiter: its wake-up must reach it.
                 if !drained && !self.leader_blocking {
                     drained = true;
-                    if self.receive(now) > 0 {
+                    // (Bulk data comes a batch's worth per `receive`.)
+                    let mut got = 0;
+                    while got < RX_ROUNDS * BATCH {
+                        let n = self.receive(now);
+                        got += n;
+                        if n < BATCH {
+                            break;
+                        }
+                    }
+                    if got > 0 {
                         continue;
                     }
                 }

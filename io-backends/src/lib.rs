@@ -15,7 +15,8 @@
 //! armed with the endpoint's next deadline. The endpoint sits behind a mutex: a calling
 //! thread sends its own packets (no thread hop on the send path); a thread blocked waiting
 //! receives from the transport itself if no other thread does (so its answer wakes it
-//! directly; with UDP it sleeps in the receive call, [`Transport::waiter`]); the driver
+//! directly; with UDP it sleeps in the receive call, [`Transport::waiter`], except while
+//! bulk data is received in place); the driver
 //! thread receives the rest and runs timers. Completions reach other waiting
 //! threads through condition variables and tasks through their `Waker`s. Nothing spins
 //! unless [`Builder::busy_poll`] asks for it. The crate's README has the details.

@@ -28,10 +28,10 @@ pub(crate) struct Gap {
 #[derive(Debug)]
 pub(crate) struct InMessage {
     pub(crate) length: u32,
-    /// The message bytes up to `recv_end` (gaps zero-filled until their packets arrive),
-    /// possibly followed by room a placement made and nobody filled. Its capacity is
-    /// reserved when the message is accepted, but nothing is zeroed in advance: in-order
-    /// packets are appended.
+    /// The message bytes up to `recv_end` (gaps hold zeros, or what an abandoned placement
+    /// appended, until their packets arrive), possibly followed by bytes an abandoned
+    /// placement appended. Its capacity is reserved when the message is accepted, but
+    /// nothing is zeroed in advance: in-order packets are appended.
     pub(crate) buf: Vec<u8>,
     pub(crate) bytes_remaining: u32,
     /// End of the highest byte range received so far.

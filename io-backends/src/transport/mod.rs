@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::str::FromStr;
@@ -366,14 +365,15 @@ pub trait Transport: Send + fmt::Debug {
     }
 
     /// Takes the datagram [`peek`](Transport::peek) saw: its first `head.len()` bytes into
-    /// `head`, the rest into `rest`. Returns its transport address and whole length (if
-    /// longer than both, it was cut short): the bytes of `rest` up to that length are
-    /// initialized.
+    /// `head`, and the rest, if it is `len` bytes long, appended to `message` (whose spare
+    /// capacity must hold them); returns its transport address. `Ok(None)`: it had another
+    /// length, and is dropped (counted in `rx_dropped`); `message` is as it was.
     fn recv_split(
         &mut self,
         _head: &mut [u8],
-        _rest: &mut [MaybeUninit<u8>],
-    ) -> io::Result<(SocketAddr, usize)> {
+        _message: &mut Vec<u8>,
+        _len: usize,
+    ) -> io::Result<Option<SocketAddr>> {
         Err(io::ErrorKind::Unsupported.into())
     }
 }

@@ -4,7 +4,6 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
@@ -236,7 +235,8 @@ impl Transport for SocketTransport {
         self.unreachable.pop_front()
     }
 
-    /// UDP only: raw IPv4 sockets deliver the IP header first, of varying length.
+    /// UDP only. (Raw IPv4 sockets deliver the IP header first, of varying length; raw
+    /// IPv6 could, but is not done.)
     fn receives_in_place(&self) -> bool {
         !self.raw()
     }
@@ -245,21 +245,29 @@ impl Transport for SocketTransport {
         if !self.receives_in_place() {
             return None;
         }
-        self.stats.rx_calls += 1;
-        // Wake-ups for the waiter are the receive's to skip.
-        sys::peek(self.fd(), head, self.gro.on()).filter(|p| Some(p.0) != self.kick_from)
+        let (fd, gro) = (self.fd(), self.gro.on());
+        sys::peek(fd, head, gro, &mut self.reports())
     }
 
     fn recv_split(
         &mut self,
         head: &mut [u8],
-        rest: &mut [MaybeUninit<u8>],
-    ) -> io::Result<(SocketAddr, usize)> {
-        let got = sys::recv_split(self.fd(), head, rest)?;
-        self.stats.rx_calls += 1;
+        message: &mut Vec<u8>,
+        len: usize,
+    ) -> io::Result<Option<SocketAddr>> {
+        let fd = self.fd();
+        let rest =
+            message.spare_capacity_mut().get_mut(..len).ok_or(io::ErrorKind::InvalidInput)?;
+        let (from, got) = sys::recv_split(fd, head, rest, &mut self.reports())?;
+        if got != head.len() + len {
+            self.stats.rx_dropped += 1;
+            return Ok(None);
+        }
+        // SAFETY: the kernel wrote all `len` bytes of `rest`, the spare capacity's start.
+        unsafe { message.set_len(message.len() + len) };
         self.stats.rx_datagrams += 1;
         self.stats.rx_in_place += 1;
-        Ok(got)
+        Ok(Some(from))
     }
 
     fn read_errors(&mut self) {

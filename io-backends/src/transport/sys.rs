@@ -637,31 +637,42 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
 
 /// Looks at the next UDP datagram without taking it (`MSG_PEEK`): its source, its whole
 /// length, and its first `head.len()` bytes in `head`. `None` if nothing waits, on an error
-/// (the next receive meets and reports it), or if UDP GRO coalesced several packets into it
-/// (`gro`: the socket has GRO on).
-pub(super) fn peek(fd: RawFd, head: &mut [u8], gro: bool) -> Option<(SocketAddr, usize)> {
+/// about our own socket (the next receive meets it), or if UDP GRO coalesced several
+/// packets into it (`gro`: the socket has GRO on). A pending ICMP error the peek reports is
+/// read off the error queue, as a receive does, and the peek retried.
+pub(super) fn peek(
+    fd: RawFd,
+    head: &mut [u8],
+    gro: bool,
+    r: &mut Reports<'_>,
+) -> Option<(SocketAddr, usize)> {
     // SAFETY: all-zero bytes are a valid sockaddr_storage and msghdr.
     let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     let mut control = CmsgBuf::ZERO;
     let mut iov = libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() };
-    msg.msg_name = ptr::from_mut(&mut name).cast();
-    msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if gro {
-        msg.msg_control = ptr::from_mut(&mut control).cast();
-        msg.msg_controllen = mem::size_of::<CmsgBuf>();
-    }
     let flags = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
     let len = loop {
+        msg.msg_name = ptr::from_mut(&mut name).cast();
+        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if gro {
+            msg.msg_control = ptr::from_mut(&mut control).cast();
+            msg.msg_controllen = mem::size_of::<CmsgBuf>();
+        }
         // SAFETY: msg points to live buffers of the lengths it gives.
         let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
         if n >= 0 {
+            r.stats.rx_calls += 1;
             break n as usize;
         }
-        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return None;
+        match io::Error::last_os_error().raw_os_error().unwrap_or(0) {
+            libc::EINTR => continue,
+            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
+                continue;
+            }
+            _ => return None,
         }
     };
     // SAFETY: the kernel just filled msg, control buffer included.
@@ -675,13 +686,15 @@ pub(super) fn peek(fd: RawFd, head: &mut [u8], gro: bool) -> Option<(SocketAddr,
 
 /// Receives the next UDP datagram split in two: its first `head.len()` bytes into `head`,
 /// the rest into `rest`. Returns its source and whole length (a datagram longer than both
-/// was cut short). The part in `rest` is received into a 64-byte-aligned iovec after the
-/// few bytes before the first aligned address: the kernel copies several times slower to
-/// an unaligned destination (see [`Batch`]).
+/// was cut short; the bytes written are that length, up to both's). The part in `rest` is
+/// received into a 64-byte-aligned iovec after the few bytes before the first aligned
+/// address: the kernel copies several times slower to an unaligned destination (see
+/// [`Batch`]). Pending ICMP errors are handled as [`peek`] does.
 pub(super) fn recv_split(
     fd: RawFd,
     head: &mut [u8],
     rest: &mut [MaybeUninit<u8>],
+    r: &mut Reports<'_>,
 ) -> io::Result<(SocketAddr, usize)> {
     let split = rest.as_ptr().align_offset(64).min(rest.len());
     let (before, aligned) = rest.split_at_mut(split);
@@ -694,19 +707,24 @@ pub(super) fn recv_split(
     // SAFETY: all-zero bytes are a valid sockaddr_storage and msghdr.
     let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_name = ptr::from_mut(&mut name).cast();
-    msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len();
     let len = loop {
+        msg.msg_name = ptr::from_mut(&mut name).cast();
+        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: msg points to live buffers of the lengths it gives.
         let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
         if n >= 0 {
+            r.stats.rx_calls += 1;
             break n as usize;
         }
         let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
+        match err.raw_os_error().unwrap_or(0) {
+            libc::EINTR => continue,
+            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
+                continue;
+            }
+            _ => return Err(err),
         }
     };
     let from = read_sockaddr(&name).ok_or_else(|| io::Error::other("no IP source address"))?;
