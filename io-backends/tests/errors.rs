@@ -252,8 +252,8 @@ fn drop_cap_net_raw() {
 /// An ICMP error outside the unreachable family (parameter problem: EPROTO) is read off
 /// the socket's error queue too: left there it keeps the socket polling as in error, so the
 /// driver thread (or a polling leader) would spin and its timers would wait for datagrams
-/// that are not there. Whichever path meets the error reads it: a receive, a send, or
-/// `read_errors` when only the queue is left (`SO_ERROR` took the pending error).
+/// that are not there. Whichever path meets the error reads it: a receive, a send, a peek,
+/// or `read_errors` when only the queue is left (`SO_ERROR` took the pending error).
 #[test]
 fn other_icmp_errors_are_read_off_the_error_queue() {
     if !is_root() {
@@ -284,6 +284,11 @@ fn other_icmp_errors_are_read_off_the_error_queue() {
     assert!(!in_error(fd, 0), "a send left the error queued");
     let mut got = [0u8; 16];
     assert_eq!(peer.recv(&mut got).unwrap(), 5, "the datagram was sent after all");
+
+    icmp_parameter_problem(at);
+    assert!(in_error(fd, 5000));
+    assert_eq!(t.peek(&mut [0; 56]), None, "nothing waits");
+    assert!(!in_error(fd, 0), "a peek (receive-in-place) left the error queued");
 
     icmp_parameter_problem(at);
     assert!(in_error(fd, 5000));
