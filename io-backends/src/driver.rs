@@ -1179,14 +1179,14 @@ impl Inner {
                 // Not while a leader sleeps in the waiter: its wake-up must reach it.
                 if !drained && !self.leader_blocking {
                     drained = true;
-                    // (Bulk data comes a batch's worth per `receive`.)
-                    let mut got = 0;
-                    while got < RX_ROUNDS * BATCH {
-                        let n = self.receive(now);
-                        got += n;
-                        if n < BATCH {
-                            break;
-                        }
+                    // (Bulk data comes a batch's worth per `receive`: take it all.)
+                    let mut got = self.receive(now);
+                    while self.placing
+                        && got > 0
+                        && got.is_multiple_of(BATCH)
+                        && got < RX_ROUNDS * BATCH
+                    {
+                        got += self.receive(now);
                     }
                     if got > 0 {
                         continue;
