@@ -177,8 +177,8 @@ impl Node {
         // Half the packets (by their last byte's bit 0) are offered for receive-in-place
         // first, as the I/O layer does with large ones, so both paths see every kind of
         // input. Bit 1: the caller appends junk and gives up (then `handle_packet` takes
-        // the packet, which must not notice); bit 2: it appends a byte too few (the packet
-        // is lost).
+        // the packet, which must not notice). (Nothing here may lose a packet: the pair
+        // target expects delivery once its faults stop.)
         let header_len = wire::data::HEADER_LEN;
         let mode = bytes.last().copied().unwrap_or(0);
         if bytes.len() > header_len && mode & 1 == 1 {
@@ -187,8 +187,7 @@ impl Node {
                 if mode & 2 == 2 {
                     message.extend(payload.iter().map(|b| !b).chain([0xEE; 7]));
                 } else {
-                    let short = usize::from(mode & 4 == 4);
-                    message.extend_from_slice(&payload[..payload.len() - short]);
+                    message.extend_from_slice(payload);
                     let placed = self.ep.handle_placed(now, from, &bytes[..header_len]);
                     assert_eq!(placed, Ok(()), "a placement is handled");
                     return (Ok(()), self.after_input(hold));
