@@ -193,7 +193,7 @@ pub(crate) struct Inner {
     closed_stats: TransportStats,
     tx: Batch,
     rx: Batch,
-    /// One slot, for an event loop's turn that expects one datagram ([`Shared::drive`]).
+    /// One slot, for receiving one datagram (`Inner::receive_one`).
     rx1: Batch,
     /// Datagrams the next [`Shared::drive`] asks for: 1, or a batch after a turn that
     /// found as many as it asked for.
@@ -785,18 +785,7 @@ impl Shared {
         } else if inner.drive_vlen == 1 && !inner.placing {
             // Usually one datagram woke the loop: one `recvfrom`, no batch set up. If more
             // wait, the descriptor stays readable and the next turn takes batches.
-            let mut rx = mem::replace(&mut inner.rx1, Batch::new(0, 0));
-            rx.clear();
-            let got = match inner.transport.as_mut().map(|t| t.recv(&mut rx)) {
-                Some(Err(e)) => {
-                    tracing::error!("receive failed: {e}");
-                    0
-                }
-                _ => rx.len(),
-            };
-            inner.feed(now, &rx);
-            inner.rx1 = rx;
-            got
+            inner.receive_one(now)
         } else {
             inner.receive(now)
         };
@@ -1017,24 +1006,28 @@ impl Inner {
     fn receive_bulk(&mut self, now: Instant) -> usize {
         let mut got = 0;
         while got < BATCH && self.placing {
-            if !self.receive_in_place(now) {
-                let mut rx = mem::replace(&mut self.rx1, Batch::new(0, 0));
-                rx.clear();
-                let received = self.transport.as_mut().map(|t| t.recv(&mut rx));
-                if let Some(Err(e)) = received {
-                    tracing::error!("receive failed: {e}");
-                }
-                self.feed(now, &rx); // may end the bulk mode
-                let empty = rx.is_empty();
-                self.rx1 = rx;
-                if empty {
-                    break;
-                }
+            // (A datagram taken by copy may end the bulk mode.)
+            if !self.receive_in_place(now) && self.receive_one(now) == 0 {
+                break;
             }
             got += 1;
             self.drain(now);
             self.flush();
         }
+        got
+    }
+
+    /// Receives one datagram (one `recvfrom`, no batch set up) and feeds it to the endpoint;
+    /// returns how many it took, 0 or 1.
+    fn receive_one(&mut self, now: Instant) -> usize {
+        let mut rx = mem::replace(&mut self.rx1, Batch::new(0, 0));
+        rx.clear();
+        if let Some(Err(e)) = self.transport.as_mut().map(|t| t.recv(&mut rx)) {
+            tracing::error!("receive failed: {e}");
+        }
+        self.feed(now, &rx);
+        let got = rx.len();
+        self.rx1 = rx;
         got
     }
 
@@ -1078,9 +1071,9 @@ impl Inner {
     fn feed(&mut self, now: Instant, rx: &Batch) {
         if !rx.is_empty() {
             // (Not for what GRO coalesced: several small packets.)
-            self.placing = (0..rx.len())
-                .any(|i| rx.get(i).0.segment == 0 && rx.get(i).0.len >= PLACE_MIN)
-                && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
+            self.placing =
+                (0..rx.len()).map(|i| rx.get(i).0).any(|d| d.segment == 0 && d.len >= PLACE_MIN)
+                    && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
         }
         for i in 0..rx.len() {
             let (d, bytes) = rx.get(i);

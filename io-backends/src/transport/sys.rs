@@ -638,50 +638,27 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
 /// Looks at the next UDP datagram without taking it (`MSG_PEEK`): its source, its whole
 /// length, and its first `head.len()` bytes in `head`. `None` if nothing waits, on an error
 /// about our own socket (the next receive meets it), or if UDP GRO coalesced several
-/// packets into it (`gro`: the socket has GRO on). A pending ICMP error the peek reports is
-/// read off the error queue, as a receive does, and the peek retried.
+/// packets into it (`gro`: the socket has GRO on).
 pub(super) fn peek(
     fd: RawFd,
     head: &mut [u8],
     gro: bool,
     r: &mut Reports<'_>,
 ) -> Option<(SocketAddr, usize)> {
-    // SAFETY: all-zero bytes are a valid sockaddr_storage and msghdr.
-    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    // SAFETY: all-zero bytes are a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     let mut control = CmsgBuf::ZERO;
     let mut iov = libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    let flags = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
-    let len = loop {
-        msg.msg_name = ptr::from_mut(&mut name).cast();
-        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        if gro {
-            msg.msg_control = ptr::from_mut(&mut control).cast();
-            msg.msg_controllen = mem::size_of::<CmsgBuf>();
-        }
-        // SAFETY: msg points to live buffers of the lengths it gives.
-        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
-        if n >= 0 {
-            r.stats.rx_calls += 1;
-            break n as usize;
-        }
-        match io::Error::last_os_error().raw_os_error().unwrap_or(0) {
-            libc::EINTR => continue,
-            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
-                continue;
-            }
-            _ => return None,
-        }
-    };
+    if gro {
+        msg.msg_control = ptr::from_mut(&mut control).cast();
+        msg.msg_controllen = mem::size_of::<CmsgBuf>();
+    }
+    let (from, len) = recvmsg_from(fd, &mut msg, libc::MSG_PEEK | libc::MSG_TRUNC, r).ok()?;
     // SAFETY: the kernel just filled msg, control buffer included.
     let segment = if gro { unsafe { gro_segment(&msg) } } else { 0 };
-    if segment != 0 && segment < len {
-        return None;
-    }
-    let from = read_sockaddr(&name)?;
-    Some((SocketAddr::new(from.ip().to_canonical(), from.port()), len))
+    (segment == 0 || segment >= len).then_some((from, len))
 }
 
 /// Receives the next UDP datagram split in two: its first `head.len()` bytes into `head`,
@@ -689,7 +666,7 @@ pub(super) fn peek(
 /// was cut short; the bytes written are that length, up to both's). The part in `rest` is
 /// received into a 64-byte-aligned iovec after the few bytes before the first aligned
 /// address: the kernel copies several times slower to an unaligned destination (see
-/// [`Batch`]). Pending ICMP errors are handled as [`peek`] does.
+/// [`Batch`]).
 pub(super) fn recv_split(
     fd: RawFd,
     head: &mut [u8],
@@ -704,29 +681,42 @@ pub(super) fn recv_split(
         iovec(before.as_mut_ptr().cast(), before.len()),
         iovec(aligned.as_mut_ptr().cast(), aligned.len()),
     ];
-    // SAFETY: all-zero bytes are a valid sockaddr_storage and msghdr.
-    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    // SAFETY: all-zero bytes are a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len();
+    recvmsg_from(fd, &mut msg, libc::MSG_TRUNC, r)
+}
+
+/// One non-blocking `recvmsg` on a UDP socket into `msg`'s iovecs and control buffer, for
+/// [`peek`] and [`recv_split`]: retried after a signal, and after a pending ICMP error
+/// (read off the error queue, as every receive does). Returns the source and what
+/// `recvmsg` returned.
+fn recvmsg_from(
+    fd: RawFd,
+    msg: &mut libc::msghdr,
+    flags: libc::c_int,
+    r: &mut Reports<'_>,
+) -> io::Result<(SocketAddr, usize)> {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    msg.msg_name = ptr::from_mut(&mut name).cast();
+    msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     let len = loop {
-        msg.msg_name = ptr::from_mut(&mut name).cast();
-        msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: msg points to live buffers of the lengths it gives.
-        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
+        let n = unsafe { libc::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) };
         if n >= 0 {
             r.stats.rx_calls += 1;
             break n as usize;
         }
         let err = io::Error::last_os_error();
         match err.raw_os_error().unwrap_or(0) {
-            libc::EINTR => continue,
-            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
-                continue;
-            }
+            libc::EINTR => {}
+            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {}
             _ => return Err(err),
         }
     };
+    msg.msg_name = ptr::null_mut(); // `name` goes now
     let from = read_sockaddr(&name).ok_or_else(|| io::Error::other("no IP source address"))?;
     Ok((SocketAddr::new(from.ip().to_canonical(), from.port()), len))
 }
