@@ -61,9 +61,10 @@ impl Builder {
         self
     }
 
-    /// Largest IP packet to send (default 1500). Use the path MTU: larger packets are
-    /// fragmented by the kernel (UDP) or refused (raw IP with path MTU discovery). On
-    /// loopback, 65,535 gives the best throughput.
+    /// Largest IP packet to send (default 1500). Use the path MTU: packets go with
+    /// don't-fragment set (IPv4 ID 0, as the module's), so the kernel drops any larger than
+    /// the interface MTU (counted as `tx_dropped`, with one warning logged), and routers any
+    /// larger than their link's. On loopback, 65,535 gives the best throughput.
     pub fn mtu(mut self, mtu: u32) -> Builder {
         self.config.mtu = mtu;
         self

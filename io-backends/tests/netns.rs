@@ -141,6 +141,8 @@ struct IpPacket<'a> {
     protocol: u8,
     /// TOS (IPv4) or traffic class (IPv6).
     tos: u8,
+    /// IPv4 only: the identification field and the flags with the fragment offset.
+    id_and_fragment: Option<(u16, u16)>,
     payload: &'a [u8],
 }
 
@@ -153,14 +155,18 @@ fn ip_packet(frame: &[u8]) -> Option<IpPacket<'_>> {
             let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             let addr = |at: usize| IpAddr::from(<[u8; 4]>::try_from(&ip[at..at + 4]).unwrap());
             let (src, dst) = (addr(12), addr(16));
-            Some(IpPacket { src, dst, protocol: ip[9], tos: ip[1], payload: ip.get(ihl..total)? })
+            let field = |at: usize| u16::from_be_bytes([ip[at], ip[at + 1]]);
+            let id_and_fragment = Some((field(4), field(6)));
+            let payload = ip.get(ihl..total)?;
+            Some(IpPacket { src, dst, protocol: ip[9], tos: ip[1], id_and_fragment, payload })
         }
         0x86dd => {
             let len = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
             let addr = |at: usize| IpAddr::from(<[u8; 16]>::try_from(&ip[at..at + 16]).unwrap());
             let (src, dst) = (addr(8), addr(24));
             let tos = (ip[0] << 4) | (ip[1] >> 4);
-            Some(IpPacket { src, dst, protocol: ip[6], tos, payload: ip.get(40..40 + len)? })
+            let payload = ip.get(40..40 + len)?;
+            Some(IpPacket { src, dst, protocol: ip[6], tos, id_and_fragment: None, payload })
         }
         _ => None,
     }
@@ -191,7 +197,9 @@ fn one_rpc_on_the_wire(net: &Netns, kind: TransportKind, client_ip: &str, server
     // The request and the response had crossed the veth before the call returned.
     let mut data = 0;
     for frame in frames(&tap) {
-        let Some(IpPacket { src, dst, protocol, tos, payload }) = ip_packet(&frame) else {
+        let Some(IpPacket { src, dst, protocol, tos, id_and_fragment, payload }) =
+            ip_packet(&frame)
+        else {
             continue; // ARP
         };
         let ours = [client_ip, server_addr.ip()];
@@ -202,6 +210,11 @@ fn one_rpc_on_the_wire(net: &Netns, kind: TransportKind, client_ip: &str, server
             continue; // IPv6 neighbour discovery
         }
         assert_eq!(protocol, 146, "{kind}: only Homa passes between the two, got {protocol}");
+        if let Some((id, fragment)) = id_and_fragment {
+            // As the module's packets (ip_queue_xmit on an unconnected socket): don't
+            // fragment, IP ID 0.
+            assert_eq!((id, fragment), (0, 0x4000), "{kind}: IPv4 ID and DF/fragment offset");
+        }
         let packet = wire::Repr::parse(payload).unwrap_or_else(|e| panic!("{kind}: not Homa: {e}"));
         // First contact: data goes one level below control packets (no CUTOFFS seen yet
         // when it was sent); control packets, and data resent on request (at the RESEND's

@@ -7,6 +7,7 @@ use std::mem::{self, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use homa_core::wire::tos_for_priority;
 
@@ -444,6 +445,15 @@ pub(super) fn iovec(bytes: &[u8]) -> libc::iovec {
 
 /// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.
 pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
+    // Once per process: every retransmission of such a packet would repeat it.
+    static MTU_WARNED: AtomicBool = AtomicBool::new(false);
+    if errno == libc::EMSGSIZE && !MTU_WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            %to,
+            "a datagram larger than the interface MTU was dropped: set the socket's mtu \
+             (Builder::mtu) to at most the path's MTU"
+        );
+    }
     if is_unreachable(errno) || errno == libc::EACCES || errno == libc::EPERM {
         r.stats.unreachable += 1;
         r.unreachable.push_back(Unreachable { peer: to, port: None });
