@@ -8,6 +8,8 @@
 //! - [`Builder`]: transport ([`TransportKind`]), MTU, link rate, busy polling, a CIDR
 //!   allow-list ([`Cidr`]), and any other [`Config`] tunable.
 //! - [`transport`]: the [`Transport`] trait and its implementations, for embedding.
+//! - [`retain_freed_buffers`]: stops glibc's `malloc` from giving each freed large message
+//!   buffer back to the kernel (worth it for large messages).
 //!
 //! # Threading
 //!
@@ -40,11 +42,13 @@
 mod cidr;
 mod driver;
 mod error;
+mod malloc;
 mod socket;
 pub mod transport;
 
 pub use cidr::{Cidr, CidrParseError};
 pub use error::{Error, Result};
 pub use homa_core::{Config, Payload};
+pub use malloc::retain_freed_buffers;
 pub use socket::{Builder, Call, Metrics, Poller, RecvRequest, Request, Socket};
 pub use transport::{Transport, TransportKind, TransportStats};
