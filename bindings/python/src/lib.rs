@@ -14,6 +14,15 @@ mod endpoint;
 mod errors;
 mod socket;
 
+/// Makes glibc's ``malloc`` keep the memory of freed large blocks for reuse, for the whole
+/// process (``homa_io::retain_freed_buffers``): worth calling where messages of hundreds of
+/// kilobytes are received, whose fresh buffers otherwise fault their pages in one by one.
+/// Returns whether it could (``False``, nothing changed, unless the C library is glibc).
+#[pyfunction]
+fn retain_freed_buffers() -> bool {
+    homa_io::retain_freed_buffers()
+}
+
 /// Decodes one Homa packet (from the common header on) into a dict of its fields, with the
 /// conformance suite's keys (``type``, ``sport``, ``dport``, ``sender_id``, ...; a DATA
 /// payload as hex). Raises ``WireError`` (``kind`` = the error class) for invalid bytes.
@@ -106,6 +115,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wire_decode, m)?)?;
     m.add_function(wrap_pyfunction!(wire_encode, m)?)?;
     m.add_function(wrap_pyfunction!(cutoffs_for_workload, m)?)?;
+    m.add_function(wrap_pyfunction!(retain_freed_buffers, m)?)?;
     m.add("MAX_MESSAGE_LENGTH", MAX_MESSAGE_LENGTH)?;
     m.add("MIN_EPHEMERAL_PORT", homa_core::MIN_EPHEMERAL_PORT)?;
     m.add("CONFIG_FIELDS", convert::config_names())?;

@@ -3,6 +3,7 @@ while a call or a receive waits (else the server thread below could never run)."
 
 from __future__ import annotations
 
+import platform
 import threading
 
 import numpy as np
@@ -180,3 +181,9 @@ def test_a_signal_interrupts_a_blocking_call(port: int) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         server.close()
+
+
+def test_retain_freed_buffers_is_set_where_malloc_is_glibc() -> None:
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert homa.retain_freed_buffers() is glibc
+    assert homa.retain_freed_buffers() is glibc  # idempotent

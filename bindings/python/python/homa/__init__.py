@@ -8,6 +8,8 @@
   packets, events and deadlines out.
 - :mod:`homa.wire` decodes and encodes packets; :func:`cutoffs_for_workload` computes
   priority cutoffs from a message-size distribution.
+- :func:`retain_freed_buffers`: for programs receiving large messages, keeps glibc's
+  ``malloc`` from handing each freed buffer back to the kernel.
 
 Messages are 1..1,000,000 bytes (the Linux module's limit; an ``Endpoint`` may raise it with
 ``max_message_length``, for peers configured alike); sends take any bytes-like object without copying it;
@@ -45,6 +47,7 @@ from ._native import (
     Socket,
     Transmit,
     cutoffs_for_workload,
+    retain_freed_buffers,
 )
 from .aio import AsyncSocket, open
 
@@ -78,5 +81,6 @@ __all__ = [
     "WireError",
     "cutoffs_for_workload",
     "open",
+    "retain_freed_buffers",
     "wire",
 ]

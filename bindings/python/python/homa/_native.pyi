@@ -24,6 +24,7 @@ __all__ = [
     "wire_decode",
     "wire_encode",
     "cutoffs_for_workload",
+    "retain_freed_buffers",
     "MAX_MESSAGE_LENGTH",
     "MIN_EPHEMERAL_PORT",
     "CONFIG_FIELDS",
@@ -49,6 +50,7 @@ def cutoffs_for_workload(
     unsched_levels: int | None = None,
     **config: Any,
 ) -> list[int]: ...
+def retain_freed_buffers() -> bool: ...
 @final
 class ServerRpc:
     """The handle of a request a server received."""

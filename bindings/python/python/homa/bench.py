@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    homa.retain_freed_buffers()  # as the homa command does: large --size otherwise churns pages
     if args.uvloop:
         import uvloop
 
