@@ -62,9 +62,11 @@ impl Builder {
     }
 
     /// Largest IP packet to send (default 1500). Use the path MTU: packets go with
-    /// don't-fragment set (IPv4 ID 0, as the module's), so the kernel drops any larger than
-    /// the interface MTU (counted as `tx_dropped`, with one warning logged), and routers any
-    /// larger than their link's. On loopback, 65,535 gives the best throughput.
+    /// don't-fragment set (and IPv4 ID 0 when sent one by one, as the module's). Where the
+    /// path's MTU is smaller, the first packets too big for it are lost (the interface's
+    /// are counted as `tx_dropped`), a warning naming the MTU is logged, and the socket lets
+    /// the kernel fragment from then on, which is slower. On loopback, 65,535 gives the best
+    /// throughput.
     pub fn mtu(mut self, mtu: u32) -> Builder {
         self.config.mtu = mtu;
         self

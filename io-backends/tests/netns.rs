@@ -1,7 +1,8 @@
-//! Raw IP between two network namespaces joined by a veth pair (created here, always
-//! removed): the frames on the wire are IP protocol 146 carrying valid Homa packets, with
-//! the TOS / traffic class of each packet's intended priority. Needs root; skipped (with a
-//! printed reason) otherwise.
+//! Two network namespaces joined by a veth pair (created here, always removed). Raw IP: the
+//! frames on the wire are IP protocol 146 carrying valid Homa packets, with the TOS /
+//! traffic class of each packet's intended priority. Every transport: a link whose MTU is
+//! below the socket's still carries its messages. Needs root; skipped (with a printed
+//! reason) otherwise.
 
 mod common;
 
@@ -39,10 +40,11 @@ fn ip(args: &[&str]) -> io::Result<()> {
 }
 
 impl Netns {
-    fn create() -> io::Result<Netns> {
-        let id = std::process::id();
-        let n = Netns { a: format!("hio{id}a"), b: format!("hio{id}b"), va: format!("hio{id}va") };
-        let vb = format!("hio{id}vb");
+    /// Namespaces and veths named after this process and `tag` (one per test).
+    fn create(tag: char) -> io::Result<Netns> {
+        let id = format!("hio{}{tag}", std::process::id());
+        let n = Netns { a: format!("{id}a"), b: format!("{id}b"), va: format!("{id}va") };
+        let vb = format!("{id}vb");
         ip(&["netns", "add", &n.a])?;
         ip(&["netns", "add", &n.b])?;
         ip(&[
@@ -242,7 +244,7 @@ fn raw_ip_frames_are_protocol_146_with_their_priority() {
         );
         return;
     }
-    let net = match Netns::create() {
+    let net = match Netns::create('p') {
         Ok(net) => net,
         Err(e) => {
             eprintln!(
@@ -270,5 +272,48 @@ fn unreachable_peers(net: &Netns, kind: TransportKind) {
             matches!(r, Err(homa_io::Error::Unreachable(a)) if a == dest),
             "{kind} {dest}: {r:?}"
         );
+    }
+}
+
+/// The veth's MTU (1,400) is below the sockets' (1,500, the default): the kernel refuses
+/// the full-size packets, and the socket goes back to letting it fragment them.
+#[test]
+fn a_link_mtu_below_the_sockets_is_fragmented_into() {
+    const TEST: &str = "a_link_mtu_below_the_sockets_is_fragmented_into";
+    if !common::is_root() {
+        eprintln!("skipping {TEST}: not root (needs network namespaces)");
+        return;
+    }
+    let net = match Netns::create('m') {
+        Ok(net) => net,
+        Err(e) => {
+            eprintln!("skipping {TEST}: cannot create namespaces: {e}");
+            return;
+        }
+    };
+    let vb = net.va.replace("va", "vb");
+    ip(&["-n", &net.a, "link", "set", &net.va, "mtu", "1400"]).unwrap();
+    ip(&["-n", &net.b, "link", "set", &vb, "mtu", "1400"]).unwrap();
+    let kinds = [TransportKind::Udp, TransportKind::Ip, TransportKind::UringUdp];
+    for (kind, (client_ip, server_ip)) in
+        kinds.into_iter().flat_map(|k| [(k, (CLIENT_V4, SERVER_V4)), (k, (CLIENT_V6, SERVER_V6))])
+    {
+        // Port 8: raw-IP Homa ports are unique within the process, and the other test here
+        // serves on 7 at the same time.
+        let server_addr = SocketAddr::new(server_ip.parse().unwrap(), 8);
+        let server = Netns::run_in(&net.b, move || {
+            Socket::builder().transport(kind).bind(server_addr).map(Arc::new)
+        })
+        .unwrap();
+        let echoer = common::echo(&server);
+        let client_ip: IpAddr = client_ip.parse().unwrap();
+        let client =
+            Netns::run_in(&net.a, move || Socket::builder().transport(kind).client(client_ip))
+                .unwrap();
+        let message = common::pattern(20_000, 5);
+        let r = client.call(server_addr, message.clone(), Some(std::time::Duration::from_secs(30)));
+        assert_eq!(r.unwrap_or_else(|e| panic!("{kind} {server_addr}: {e}")), message);
+        server.shutdown();
+        echoer.join().unwrap();
     }
 }

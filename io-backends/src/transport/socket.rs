@@ -140,10 +140,11 @@ impl SocketTransport {
             (libc::IPPROTO_IP, libc::IP_RECVERR, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE)
         };
         sys::setsockopt_int(fd, level, recverr, 1)?;
-        // Don't fragment, and IPv4 ID 0, as the module's packets go (the kernel's default
-        // also sets DF but draws a hashed IPv4 ID for each packet, ~2 % of a round trip's
-        // CPU). Datagrams are sized by `Config::mtu`: the kernel refuses (EMSGSIZE) any
-        // larger than the interface MTU instead of fragmenting them.
+        // Don't fragment, and IPv4 ID 0 on packets sent one by one, as the module's go (the
+        // kernel's default also sets DF but draws a hashed IPv4 ID for each packet, ~2 % of a
+        // round trip's CPU). Datagrams are sized by `Config::mtu`; if the path's MTU is
+        // smaller, the refusal reaches the error queue and the socket goes back to letting
+        // the kernel fragment (`sys::allow_fragments`).
         sys::setsockopt_int(fd, level, discover, probe)?;
         sys::set_default_tos(fd, v6)?;
         // UDP segmentation offload, where the kernel has it (Linux 4.18+).

@@ -7,7 +7,6 @@ use std::mem::{self, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use homa_core::wire::tos_for_priority;
 
@@ -445,15 +444,6 @@ pub(super) fn iovec(bytes: &[u8]) -> libc::iovec {
 
 /// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.
 pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
-    // Once per process: every retransmission of such a packet would repeat it.
-    static MTU_WARNED: AtomicBool = AtomicBool::new(false);
-    if errno == libc::EMSGSIZE && !MTU_WARNED.swap(true, Ordering::Relaxed) {
-        tracing::warn!(
-            %to,
-            "a datagram larger than the interface MTU was dropped: set the socket's mtu \
-             (Builder::mtu) to at most the path's MTU"
-        );
-    }
     if is_unreachable(errno) || errno == libc::EACCES || errno == libc::EPERM {
         r.stats.unreachable += 1;
         r.unreachable.push_back(Unreachable { peer: to, port: None });
@@ -793,6 +783,10 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
                 let icmp = e.ee_origin == libc::SO_EE_ORIGIN_ICMP
                     || e.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
                 let errno = e.ee_errno as i32;
+                if errno == libc::EMSGSIZE {
+                    // Refused here (too big for the interface) or by a router (ICMP).
+                    allow_fragments(fd, level, dest, e.ee_info);
+                }
                 if icmp && is_unreachable(errno) {
                     // With UDP the port is part of `dest` already.
                     let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
@@ -805,6 +799,37 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
             c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
         }
     }
+}
+
+/// Packets too big for the path (`mtu`, as the kernel reports it) were refused: the socket
+/// stops sending with don't-fragment regardless (`*_PMTUDISC_PROBE`, set when it was opened)
+/// and lets the kernel fragment what does not fit, as by default; once per socket, with a
+/// warning. Slower, but a default `mtu` of 1500 keeps working over smaller-MTU links.
+fn allow_fragments(fd: RawFd, level: i32, to: SocketAddr, mtu: u32) {
+    let (name, probe, want) = if level == libc::IPPROTO_IPV6 {
+        (libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE, libc::IPV6_PMTUDISC_WANT)
+    } else {
+        (libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE, libc::IP_PMTUDISC_WANT)
+    };
+    if getsockopt_int(fd, level, name).ok() == Some(probe)
+        && setsockopt_int(fd, level, name, want).is_ok()
+    {
+        tracing::warn!(
+            %to,
+            "packets are larger than the path's MTU ({mtu}): the kernel fragments them from \
+             now on, which is slower; set the socket's mtu (Builder::mtu) to at most {mtu}"
+        );
+    }
+}
+
+/// Reads an integer socket option.
+fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: value and len are live and len holds value's size.
+    let rc =
+        unsafe { libc::getsockopt(fd, level, name, ptr::from_mut(&mut value).cast(), &mut len) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(value) }
 }
 
 /// Sets an integer socket option.
