@@ -63,7 +63,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Server(_) | Command::Client(_) | Command::Bench(_)) {
         // Reuse freed message buffers instead of faulting fresh pages in for each message.
-        homa_io::retain_freed_buffers();
+        if !homa_io::retain_freed_buffers() {
+            tracing::debug!("malloc thresholds left as they are (not glibc, or tuned already)");
+        }
     }
     let result = match cli.command {
         Command::Decode(args) => decode::run(&args),

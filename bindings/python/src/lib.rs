@@ -17,7 +17,8 @@ mod socket;
 /// Makes glibc's ``malloc`` keep the memory of freed large blocks for reuse, for the whole
 /// process (``homa_io::retain_freed_buffers``): worth calling where messages of hundreds of
 /// kilobytes are received, whose fresh buffers otherwise fault their pages in one by one.
-/// Returns whether it could (``False``, nothing changed, unless the C library is glibc).
+/// Returns whether it did (``False``, nothing changed, unless the C library is 64-bit glibc
+/// and its thresholds were not already tuned through the environment).
 #[pyfunction]
 fn retain_freed_buffers() -> bool {
     homa_io::retain_freed_buffers()
