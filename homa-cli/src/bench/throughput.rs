@@ -218,7 +218,9 @@ fn homa_turn(
     cell.in_place = after[5] - before[5];
     if tracing::enabled!(tracing::Level::DEBUG) {
         let (c, s) = (pair.client.metrics(), pair.server.metrics());
-        tracing::debug!(client = ?c.core.drops, client_transport = ?c.transport, server = ?s.core.drops, server_transport = ?s.transport, "counters");
+        // Packets sent per type (DATA, GRANT, RESEND, RPC_UNKNOWN, BUSY, ...), since opening.
+        let (c_out, s_out) = (c.core.packets_out_by_type, s.core.packets_out_by_type);
+        tracing::debug!(client = ?c.core.drops, client_transport = ?c.transport, ?c_out, server = ?s.core.drops, server_transport = ?s.transport, ?s_out, "counters");
     }
     cell
 }
