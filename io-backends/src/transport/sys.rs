@@ -741,9 +741,10 @@ unsafe fn gro_segment(msg: &libc::msghdr) -> usize {
     0
 }
 
-/// Reads the socket's error queue (enabled with IP_RECVERR / IPV6_RECVERR) and reports the
-/// destinations of ICMP "unreachable" errors. The data read is the start of the packet
-/// the error is about (from the Homa header on, for raw IP and UDP alike).
+/// Reads the socket's error queue (enabled with IP_RECVERR / IPV6_RECVERR), reports the
+/// destinations of ICMP "unreachable" errors and, on a "message too long", lets the kernel
+/// fragment from then on (`allow_fragments`). The data read is the start of the packet the
+/// error is about (from the Homa header on, for raw IP and UDP alike).
 pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
     let mut data = [0u8; 256];
     let mut control = [0u64; 64];
