@@ -1,5 +1,5 @@
 //! The native half of the Python package `homa` (`homa._native`): the sans-IO
-//! [`endpoint::Endpoint`], the homa-io [`socket::Socket`] with the reactor behind the asyncio
+//! `endpoint::Endpoint`, the homa-io `socket::Socket` with the reactor behind the asyncio
 //! layer, packet decoding and cutoffs. The Python half (`python/homa`) re-exports these and
 //! adds the asyncio API; `_native.pyi` documents every name.
 

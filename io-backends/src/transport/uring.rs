@@ -386,7 +386,7 @@ impl Transport for UringTransport {
 
     /// Where the kernel has `IORING_OP_MSG_RING`: the waiter sleeps in `io_uring_enter`
     /// until the ring holds a completion, and is woken by one posted from a ring of the
-    /// [`Kicker`]'s.
+    /// the `Kicker`'s.
     fn waiter(&mut self) -> Option<WaitHandle> {
         if !self.msg_ring || self.kicker.is_some() {
             return None;
