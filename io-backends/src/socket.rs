@@ -53,7 +53,8 @@ impl Builder {
     }
 
     /// All Homa tunables at once (module sysctl names and defaults). `outer_header_bytes`
-    /// is always set from the transport, and a `seed` of 0 is replaced by a random one.
+    /// is always set from the transport, a `seed` of 0 is replaced by a random one, and a
+    /// `first_client_id` of 2 (the default) by a random even one.
     /// Call before [`mtu`](Builder::mtu) and [`link_mbps`](Builder::link_mbps), which
     /// change fields of this config.
     pub fn config(mut self, config: Config) -> Builder {
@@ -63,9 +64,9 @@ impl Builder {
 
     /// Largest IP packet to send (default 1500). Use the path MTU: packets go with
     /// don't-fragment set (and IPv4 ID 0 when sent one by one, as the module's). Where the
-    /// path's MTU is smaller, the first packets too big for it are lost (the interface's
-    /// are counted as `tx_dropped`), a warning naming the MTU is logged, and the socket lets
-    /// the kernel fragment from then on, which is slower. On loopback, 65,535 gives the best
+    /// path's MTU is smaller, the socket, told so by the kernel or by a router's ICMP error,
+    /// logs a warning naming the MTU and lets the kernel fragment from then on, which is
+    /// slower; what was refused before is sent again. On loopback, 65,535 gives the best
     /// throughput.
     pub fn mtu(mut self, mtu: u32) -> Builder {
         self.config.mtu = mtu;
@@ -121,6 +122,13 @@ impl Builder {
         config.outer_header_bytes = transport.outer_header_bytes();
         if config.seed == 0 {
             config.seed = random_seed();
+        }
+        if config.first_client_id == Config::default().first_client_id {
+            // A random even start: a socket that gets an earlier one's address and port
+            // (ephemeral ports are reused, NATs map anew) must not meet that one's RPCs at
+            // a server, which tells RPCs apart by (address, port, id) and would answer the
+            // new call with the old response.
+            config.first_client_id = (random_seed() >> 2 << 1).max(2);
         }
         config.validate()?;
         if config.max_packet_len() > transport.max_packet_len() {

@@ -305,6 +305,90 @@ fn other_icmp_errors_are_read_off_the_error_queue() {
     assert!(!in_error(fd, 0), "read_errors left the error queued");
 }
 
+/// The kernel reports ICMP "time exceeded" (a routing loop) as EHOSTUNREACH, like an
+/// unreachable host; only "destination unreachable" means the peer cannot be reached.
+#[test]
+fn only_destination_unreachable_makes_a_peer_unreachable() {
+    if !is_root() {
+        eprintln!(
+            "skipping only_destination_unreachable_makes_a_peer_unreachable: not root (it sends ICMP from a raw socket)"
+        );
+        return;
+    }
+    let local = SocketAddr::new(loopback_v4(), 0);
+    let mut t = homa_io::transport::open(TransportKind::Udp, local).unwrap();
+    let at = t.local_addr();
+    let fd = t.readiness_fd().as_raw_fd();
+    let mut batch = Batch::new(4, RECV_SLOT_LEN);
+    let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+
+    icmp_error(at, 11, 0); // time exceeded in transit
+    assert!(in_error(fd, 5000), "the ICMP error did not arrive");
+    t.recv(&mut batch).unwrap();
+    assert_eq!(t.poll_unreachable().map(|u| u.peer), None, "time exceeded");
+    assert_eq!(t.stats().unreachable, 0);
+
+    icmp_error(at, 3, 1); // host unreachable
+    assert!(in_error(fd, 5000), "the ICMP error did not arrive");
+    t.recv(&mut batch).unwrap();
+    assert_eq!(t.poll_unreachable().map(|u| u.peer), Some(peer), "destination unreachable");
+    assert_eq!(t.stats().unreachable, 1);
+}
+
+/// A UDP datagram from source port 0 cannot be answered (a send to port 0 fails): it is
+/// dropped and counted before the endpoint sees it, and the socket keeps serving.
+#[test]
+fn a_datagram_from_port_0_is_dropped_and_counted() {
+    if !is_root() {
+        eprintln!(
+            "skipping a_datagram_from_port_0_is_dropped_and_counted: not root (it sends from a raw socket)"
+        );
+        return;
+    }
+    let server = Arc::new(bind_server(Socket::builder(), loopback_v4()));
+    let echoer = echo(&server);
+    let client = Socket::client(loopback_v4()).unwrap();
+    let to = server.local_addr();
+    // A UDP header by hand (source port 0, length, no checksum) and one byte; the kernel
+    // adds the IP header.
+    let mut udp = vec![0, 0];
+    udp.extend_from_slice(&to.port().to_be_bytes());
+    udp.extend_from_slice(&9u16.to_be_bytes());
+    udp.extend_from_slice(&[0, 0, b'x']);
+    let (v4, raw) = (socket2::Domain::IPV4, socket2::Type::RAW);
+    let s = socket2::Socket::new(v4, raw, Some(socket2::Protocol::UDP)).unwrap();
+    s.send_to(&udp, &SocketAddr::new(to.ip(), 0).into()).unwrap();
+    // Each call proves the server still serves; stop once it has counted the datagram.
+    for i in 0..1000 {
+        assert_eq!(client.call(to, vec![i as u8; 10], None).unwrap(), vec![i as u8; 10]);
+        if server.metrics().transport.rx_dropped == 1 {
+            break;
+        }
+    }
+    assert_eq!(server.metrics().transport.rx_dropped, 1);
+    assert_eq!(server.metrics().core.drops.malformed, 0, "the endpoint never saw it");
+    server.shutdown();
+    echoer.join().unwrap();
+}
+
+/// A datagram the kernel refuses on its own (EINVAL: to port 0) is dropped and counted;
+/// the rest of the batch still goes.
+#[test]
+fn a_refused_datagram_does_not_take_the_rest_of_the_batch() {
+    let local = SocketAddr::new(loopback_v4(), 0);
+    let mut t = homa_io::transport::open(TransportKind::Udp, local).unwrap();
+    let peer = UdpSocket::bind(SocketAddr::new(loopback_v4(), 0)).unwrap();
+    let mut batch = Batch::new(4, RECV_SLOT_LEN);
+    for to in [SocketAddr::new(loopback_v4(), 0), peer.local_addr().unwrap()] {
+        batch.next_slot()[..5].copy_from_slice(b"hello");
+        batch.push(Datagram { addr: to, len: 5, priority: 7, segment: 0 });
+    }
+    t.send(&mut batch).unwrap();
+    let mut got = [0u8; 16];
+    assert_eq!(peer.recv(&mut got).unwrap(), 5, "the second datagram went");
+    assert_eq!(t.stats().tx_dropped, 1);
+}
+
 /// Whether `fd` polls as in error within `ms` milliseconds.
 fn in_error(fd: std::os::fd::RawFd, ms: i32) -> bool {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
@@ -315,8 +399,14 @@ fn in_error(fd: std::os::fd::RawFd, ms: i32) -> bool {
 /// Sends the UDP socket at `about` an ICMP parameter problem about a datagram it sent to
 /// 127.0.0.1:9 (a raw ICMP socket on loopback; needs root).
 fn icmp_parameter_problem(about: SocketAddr) {
+    icmp_error(about, 12, 0);
+}
+
+/// Sends the UDP socket at `about` an ICMP error of `kind` and `code` about a datagram it
+/// sent to 127.0.0.1:9 (a raw ICMP socket on loopback; needs root).
+fn icmp_error(about: SocketAddr, kind: u8, code: u8) {
     let IpAddr::V4(ip) = about.ip() else { panic!("IPv4 only") };
-    let mut icmp = vec![12, 0, 0, 0, 0, 0, 0, 0];
+    let mut icmp = vec![kind, code, 0, 0, 0, 0, 0, 0];
     let mut inner = [0u8; 28];
     inner[0] = 0x45;
     inner[2..4].copy_from_slice(&28u16.to_be_bytes());

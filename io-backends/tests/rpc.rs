@@ -121,6 +121,20 @@ fn a_thousand_concurrent_calls() {
     }
 }
 
+/// Each socket numbers its calls from its own random even start, so a new socket that
+/// reuses an old one's port is not taken for it by a server still holding its RPCs.
+#[test]
+fn each_socket_numbers_its_calls_from_a_random_start() {
+    let server = bind_server(Socket::builder(), loopback_v4());
+    let first_id = || {
+        let client = Socket::client(loopback_v4()).unwrap();
+        client.call_async(server.local_addr(), b"?".to_vec(), None).unwrap().id()
+    };
+    let (a, b) = (first_id(), first_id());
+    assert_eq!((a % 2, b % 2), (0, 0), "client ids are even");
+    assert_ne!(a, b, "two sockets started from the same id");
+}
+
 #[test]
 fn async_server_and_client() {
     let server = bind_server(Socket::builder(), loopback_v4());

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::str::FromStr;
 
@@ -429,14 +429,27 @@ pub struct Unreachable {
 /// Receive slots hold any IP packet, so peers with a larger MTU are never truncated.
 pub const RECV_SLOT_LEN: usize = 65_536;
 
-/// The transport address for `dest` on a socket of family `v6`: `None` across families;
-/// IPv4-mapped IPv6 addresses become IPv4.
+/// The transport address for `dest` on a socket of family `v6`: `None` across families.
 fn canonical(dest: SocketAddr, v6: bool, raw: bool) -> Option<SocketAddr> {
-    let ip = dest.ip().to_canonical();
-    if ip.is_ipv6() != v6 {
-        return None;
+    Some(transport_addr(dest, raw)).filter(|a| a.is_ipv6() == v6)
+}
+
+/// The transport address of a received datagram's source; `None` for a UDP source port of
+/// 0, which no reply can reach (and sending to it fails).
+pub(crate) fn source(from: SocketAddr, raw: bool) -> Option<SocketAddr> {
+    (raw || from.port() != 0).then(|| transport_addr(from, raw))
+}
+
+/// One form per peer: IPv4-mapped IPv6 addresses become IPv4; an IPv6 address keeps its
+/// scope (a link-local peer's interface) but not its flow label; raw IP has no port.
+fn transport_addr(a: SocketAddr, raw: bool) -> SocketAddr {
+    let port = if raw { 0 } else { a.port() };
+    match a {
+        SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_none() => {
+            SocketAddrV6::new(*v6.ip(), port, 0, v6.scope_id()).into()
+        }
+        _ => SocketAddr::new(a.ip().to_canonical(), port),
     }
-    Some(SocketAddr::new(ip, if raw { 0 } else { dest.port() }))
 }
 
 #[cfg(test)]
@@ -457,6 +470,25 @@ mod tests {
         assert_eq!(split(d(10, 0), &bytes), vec![bytes.clone()]);
         assert_eq!(split(d(10, 4), &bytes), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
         assert_eq!(split(d(8, 4), &bytes[..8]), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    }
+
+    #[test]
+    fn addresses_take_one_form_per_peer() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(source(a("[::ffff:1.2.3.4]:5"), false), Some(a("1.2.3.4:5")));
+        assert_eq!(source(a("[::ffff:1.2.3.4]:5"), true), Some(a("1.2.3.4:0")));
+        assert_eq!(source(a("1.2.3.4:0"), false), None, "UDP port 0 cannot be answered");
+        assert_eq!(source(a("1.2.3.4:0"), true), Some(a("1.2.3.4:0")));
+        let link_local = SocketAddrV6::new("fe80::1".parse().unwrap(), 5, 77, 3);
+        let kept = SocketAddrV6::new("fe80::1".parse().unwrap(), 5, 0, 3);
+        assert_eq!(
+            source(link_local.into(), false),
+            Some(kept.into()),
+            "scope kept, flow label not"
+        );
+        assert_eq!(canonical(link_local.into(), true, false), Some(kept.into()));
+        assert_eq!(canonical(a("[::ffff:1.2.3.4]:5"), true, false), None, "IPv4 on an IPv6 socket");
+        assert_eq!(canonical(a("1.2.3.4:5"), false, true), Some(a("1.2.3.4:0")));
     }
 
     #[test]

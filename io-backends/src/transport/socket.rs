@@ -7,7 +7,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -128,6 +128,17 @@ impl SocketTransport {
             if sys::setsockopt_int(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
                 sys::setsockopt_int(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER)?;
             }
+        }
+        // The kernel reports twice what it granted.
+        let granted = sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? / 2;
+        static SMALL_BUFFER_WARNED: AtomicBool = AtomicBool::new(false);
+        if granted < SOCKET_BUFFER && !SMALL_BUFFER_WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "socket buffers are capped at {granted} bytes (net.core.rmem_max / wmem_max; \
+                 raising them past the cap needs CAP_NET_ADMIN): bursts of incoming data \
+                 larger than that are dropped and resent later; set both sysctls to \
+                 {SOCKET_BUFFER} or more"
+            );
         }
         let (level, recverr, discover, probe) = if v6 {
             (
@@ -317,13 +328,13 @@ impl Transport for SocketTransport {
             kicker.connect(target)?;
             kicker.set_nonblocking(true)?;
             let from = kicker.local_addr()?;
-            let from = SocketAddr::new(from.ip().to_canonical(), from.port());
+            let from = super::transport_addr(from, false);
             // Check that a wake-up arrives (it is delivered during the send on the local
             // host); a waiter that cannot be woken must not be used.
             kicker.send(&[])?;
             let mut probe = [0u8; 1];
             let got = self.socket.recv_from(probe_buf(&mut probe))?;
-            let came = got.1.as_socket().map(|a| SocketAddr::new(a.ip().to_canonical(), a.port()));
+            let came = got.1.as_socket().map(|a| super::transport_addr(a, false));
             if got.0 != 0 || came != Some(from) {
                 return Err(io::Error::other("the wake-up datagram did not come back"));
             }

@@ -423,7 +423,8 @@ fn send_some(
                 tracing::info!("UDP GSO refused ({err}); sending datagrams one by one");
                 return Ok(start);
             }
-            libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL => return Err(err),
+            // The socket is unusable. (EINVAL is about one datagram, e.g. to port 0: below.)
+            libc::EBADF | libc::ENOTSOCK | libc::EFAULT => return Err(err),
             _ => {
                 let (d, _) = batch.get(start);
                 for _ in 0..count {
@@ -539,8 +540,7 @@ pub(super) fn recv_batch(
         let h = &s.hdrs[i];
         let (mut len, flags) = (h.msg_len as usize, h.msg_hdr.msg_flags);
         let raw = mode.raw;
-        let from = read_sockaddr(&s.names[i])
-            .map(|a| SocketAddr::new(a.ip().to_canonical(), if raw { 0 } else { a.port() }));
+        let from = read_sockaddr(&s.names[i]).and_then(|a| super::source(a, raw));
         let Some(from) = from.filter(|_| flags & libc::MSG_TRUNC == 0) else {
             r.stats.rx_dropped += 1;
             continue;
@@ -609,8 +609,7 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
     };
     r.stats.rx_calls += 1;
     let raw = mode.raw;
-    let from = read_sockaddr(&name)
-        .map(|a| SocketAddr::new(a.ip().to_canonical(), if raw { 0 } else { a.port() }));
+    let from = read_sockaddr(&name).and_then(|a| super::source(a, raw));
     // Slots hold any IP packet: a datagram that fills one was truncated.
     let Some(from) = from.filter(|_| len < slot.len()) else {
         r.stats.rx_dropped += 1;
@@ -690,8 +689,8 @@ pub(super) fn recv_split(
 
 /// One non-blocking `recvmsg` on a UDP socket into `msg`'s iovecs and control buffer, for
 /// [`peek`] and [`recv_split`]: retried after a signal, and after a pending ICMP error
-/// (read off the error queue, as every receive does). Returns the source and what
-/// `recvmsg` returned.
+/// (read off the error queue, as every receive does). Returns the source (an error if it is
+/// none a reply could reach, see `source`) and what `recvmsg` returned.
 fn recvmsg_from(
     fd: RawFd,
     msg: &mut libc::msghdr,
@@ -717,8 +716,8 @@ fn recvmsg_from(
         }
     };
     msg.msg_name = ptr::null_mut(); // `name` goes now
-    let from = read_sockaddr(&name).ok_or_else(|| io::Error::other("no IP source address"))?;
-    Ok((SocketAddr::new(from.ip().to_canonical(), from.port()), len))
+    let from = read_sockaddr(&name).and_then(|a| super::source(a, false));
+    Ok((from.ok_or_else(|| io::Error::other("no source address a reply could reach"))?, len))
 }
 
 /// The UDP GRO segment size in a received message's control data, or 0.
@@ -767,7 +766,9 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
             return drained;
         }
         drained = true;
-        let Some(dest) = read_sockaddr(&name) else { continue };
+        let Some(dest) = read_sockaddr(&name).map(|a| super::transport_addr(a, r.raw)) else {
+            continue;
+        };
         // SAFETY: the kernel filled msg_controllen bytes of `control` with well-formed
         // cmsgs; the CMSG macros stay inside them.
         let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
@@ -781,14 +782,17 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
                 let e = unsafe {
                     ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>())
                 };
-                let icmp = e.ee_origin == libc::SO_EE_ORIGIN_ICMP
-                    || e.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                // Only "destination unreachable" says the peer cannot be reached; the
+                // kernel also reports "time exceeded" (a routing loop, transient) as
+                // EHOSTUNREACH.
+                let unreachable = (e.ee_origin == libc::SO_EE_ORIGIN_ICMP && e.ee_type == 3)
+                    || (e.ee_origin == libc::SO_EE_ORIGIN_ICMP6 && e.ee_type == 1);
                 let errno = e.ee_errno as i32;
                 if errno == libc::EMSGSIZE {
                     // Refused here (too big for the interface) or by a router (ICMP).
                     allow_fragments(fd, level, dest, e.ee_info);
                 }
-                if icmp && is_unreachable(errno) {
+                if unreachable && is_unreachable(errno) {
                     // With UDP the port is part of `dest` already.
                     let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
                         .then(|| u16::from_be_bytes([data[2], data[3]]));
@@ -824,7 +828,7 @@ fn allow_fragments(fd: RawFd, level: i32, to: SocketAddr, mtu: u32) {
 }
 
 /// Reads an integer socket option.
-fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+pub(super) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     let mut value: libc::c_int = 0;
     let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: value and len are live and len holds value's size.

@@ -666,8 +666,7 @@ impl UringTransport {
     /// Copies the datagram in receive slot `i` (`len` bytes) into `batch`.
     fn deliver(&mut self, i: usize, len: usize, strip: bool, raw: bool, batch: &mut Batch) {
         let s = &self.ring.recv[i];
-        let from = sys::read_sockaddr(&s.name)
-            .map(|a| SocketAddr::new(a.ip().to_canonical(), if raw { 0 } else { a.port() }));
+        let from = sys::read_sockaddr(&s.name).and_then(|a| super::source(a, raw));
         // A datagram filling the whole slot may have been cut short (no IP packet is this big).
         let (Some(from), true) = (from, len < RECV_SLOT_LEN) else {
             self.socket.stats.rx_dropped += 1;
