@@ -624,8 +624,10 @@ pub struct Request {
 impl Request {
     fn new(shared: Arc<Shared>, r: Incoming, ip: bool) -> Request {
         // Name the client as the application would: with raw IP, by its Homa port.
-        let peer =
-            if ip { SocketAddr::new(r.rpc.client.ip(), r.client_port) } else { r.rpc.client };
+        let mut peer = r.rpc.client;
+        if ip {
+            peer.set_port(r.client_port);
+        }
         Request { shared, rpc: r.rpc, peer, message: r.message, answered: false }
     }
 

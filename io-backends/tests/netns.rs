@@ -262,16 +262,23 @@ fn raw_ip_frames_are_protocol_146_with_their_priority() {
 
 /// With no Homa socket in the server's namespace its kernel answers ICMP protocol
 /// unreachable; an address without a route fails the send. Both are `Error::Unreachable`.
+/// (IPv6's protocol unreachable is a parameter problem, "unrecognized next header".)
 fn unreachable_peers(net: &Netns, kind: TransportKind) {
-    let client_ip: IpAddr = CLIENT_V4.parse().unwrap();
-    let client =
-        Netns::run_in(&net.a, move || Socket::builder().transport(kind).client(client_ip)).unwrap();
-    for dest in [SocketAddr::new(SERVER_V4.parse().unwrap(), 7), "198.19.0.1:7".parse().unwrap()] {
-        let r = client.call(dest, b"anyone?".to_vec(), Some(std::time::Duration::from_secs(30)));
-        assert!(
-            matches!(r, Err(homa_io::Error::Unreachable(a)) if a == dest),
-            "{kind} {dest}: {r:?}"
-        );
+    let families =
+        [(CLIENT_V4, SERVER_V4, "198.19.0.1:7"), (CLIENT_V6, SERVER_V6, "[2001:3::1]:7")];
+    for (client_ip, server_ip, unrouted) in families {
+        let client_ip: IpAddr = client_ip.parse().unwrap();
+        let client =
+            Netns::run_in(&net.a, move || Socket::builder().transport(kind).client(client_ip))
+                .unwrap();
+        for dest in [SocketAddr::new(server_ip.parse().unwrap(), 7), unrouted.parse().unwrap()] {
+            let r =
+                client.call(dest, b"anyone?".to_vec(), Some(std::time::Duration::from_secs(30)));
+            assert!(
+                matches!(r, Err(homa_io::Error::Unreachable(a)) if a == dest),
+                "{kind} {dest}: {r:?}"
+            );
+        }
     }
 }
 

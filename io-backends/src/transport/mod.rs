@@ -440,13 +440,15 @@ pub(crate) fn source(from: SocketAddr, raw: bool) -> Option<SocketAddr> {
     (raw || from.port() != 0).then(|| transport_addr(from, raw))
 }
 
-/// One form per peer: IPv4-mapped IPv6 addresses become IPv4; an IPv6 address keeps its
-/// scope (a link-local peer's interface) but not its flow label; raw IP has no port.
+/// One form per peer, as the kernel reports sources: IPv4-mapped IPv6 addresses become
+/// IPv4; a link-local IPv6 address keeps its scope (the interface it is on), others have
+/// none; no flow label; raw IP has no port.
 fn transport_addr(a: SocketAddr, raw: bool) -> SocketAddr {
     let port = if raw { 0 } else { a.port() };
     match a {
         SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_none() => {
-            SocketAddrV6::new(*v6.ip(), port, 0, v6.scope_id()).into()
+            let scope = if v6.ip().is_unicast_link_local() { v6.scope_id() } else { 0 };
+            SocketAddrV6::new(*v6.ip(), port, 0, scope).into()
         }
         _ => SocketAddr::new(a.ip().to_canonical(), port),
     }
@@ -487,6 +489,8 @@ mod tests {
             "scope kept, flow label not"
         );
         assert_eq!(canonical(link_local.into(), true, false), Some(kept.into()));
+        let global = SocketAddrV6::new("2001:db8::1".parse().unwrap(), 5, 0, 3);
+        assert_eq!(source(global.into(), false), Some(a("[2001:db8::1]:5")), "no scope");
         assert_eq!(canonical(a("[::ffff:1.2.3.4]:5"), true, false), None, "IPv4 on an IPv6 socket");
         assert_eq!(canonical(a("1.2.3.4:5"), false, true), Some(a("1.2.3.4:0")));
     }

@@ -130,13 +130,14 @@ impl SocketTransport {
             }
         }
         // The kernel reports twice what it granted.
-        let granted = sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? / 2;
+        let rcv = sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)? / 2;
+        let snd = sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)? / 2;
         static SMALL_BUFFER_WARNED: AtomicBool = AtomicBool::new(false);
-        if granted < SOCKET_BUFFER && !SMALL_BUFFER_WARNED.swap(true, Ordering::Relaxed) {
+        if rcv.min(snd) < SOCKET_BUFFER && !SMALL_BUFFER_WARNED.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                "socket buffers are capped at {granted} bytes (net.core.rmem_max / wmem_max; \
-                 raising them past the cap needs CAP_NET_ADMIN): bursts of incoming data \
-                 larger than that are dropped and resent later; set both sysctls to \
+                "socket buffers are capped at {rcv} bytes to receive and {snd} to send \
+                 (net.core.rmem_max, wmem_max; past them needs CAP_NET_ADMIN): what \
+                 overflows them is dropped and resent later; set both sysctls to \
                  {SOCKET_BUFFER} or more"
             );
         }

@@ -445,7 +445,12 @@ pub(super) fn iovec(bytes: &[u8]) -> libc::iovec {
 
 /// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.
 pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
-    if is_unreachable(errno) || errno == libc::EACCES || errno == libc::EPERM {
+    if errno == libc::EINVAL {
+        // No datagram to this address can be sent (UDP port 0, an IPv6 link-local address
+        // without its interface): its calls fail now rather than time out.
+        tracing::warn!(%to, "the kernel refuses to send to this address (EINVAL)");
+    }
+    if is_unreachable(errno) || matches!(errno, libc::EACCES | libc::EPERM | libc::EINVAL) {
         r.stats.unreachable += 1;
         r.unreachable.push_back(Unreachable { peer: to, port: None });
     }
@@ -782,17 +787,20 @@ pub(super) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool {
                 let e = unsafe {
                     ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>())
                 };
-                // Only "destination unreachable" says the peer cannot be reached; the
-                // kernel also reports "time exceeded" (a routing loop, transient) as
-                // EHOSTUNREACH.
-                let unreachable = (e.ee_origin == libc::SO_EE_ORIGIN_ICMP && e.ee_type == 3)
-                    || (e.ee_origin == libc::SO_EE_ORIGIN_ICMP6 && e.ee_type == 1);
+                // Only "destination unreachable" says the peer cannot be reached (the
+                // kernel also reports "time exceeded", a transient routing loop, as
+                // EHOSTUNREACH), and IPv6's "unrecognized next header", its protocol
+                // unreachable: a raw-IP peer without Homa.
+                let (v4, v6) = (libc::SO_EE_ORIGIN_ICMP, libc::SO_EE_ORIGIN_ICMP6);
+                let no_homa = e.ee_origin == v6 && (e.ee_type, e.ee_code) == (4, 1);
+                let unreachable =
+                    (e.ee_origin == v4 && e.ee_type == 3) || (e.ee_origin == v6 && e.ee_type == 1);
                 let errno = e.ee_errno as i32;
                 if errno == libc::EMSGSIZE {
                     // Refused here (too big for the interface) or by a router (ICMP).
                     allow_fragments(fd, level, dest, e.ee_info);
                 }
-                if unreachable && is_unreachable(errno) {
+                if no_homa || (unreachable && is_unreachable(errno)) {
                     // With UDP the port is part of `dest` already.
                     let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
                         .then(|| u16::from_be_bytes([data[2], data[3]]));
