@@ -256,17 +256,11 @@ fn drop_cap_net_raw() {
 /// or `read_errors` when only the queue is left (`SO_ERROR` took the pending error).
 #[test]
 fn other_icmp_errors_are_read_off_the_error_queue() {
-    if !is_root() {
-        eprintln!(
-            "skipping other_icmp_errors_are_read_off_the_error_queue: not root (it sends ICMP from a raw socket)"
-        );
+    let Some((mut t, at, fd, mut batch)) =
+        icmp_target("other_icmp_errors_are_read_off_the_error_queue")
+    else {
         return;
-    }
-    let local = SocketAddr::new(loopback_v4(), 0);
-    let mut t = homa_io::transport::open(TransportKind::Udp, local).unwrap();
-    let at = t.local_addr();
-    let fd = t.readiness_fd().as_raw_fd();
-    let mut batch = Batch::new(4, RECV_SLOT_LEN);
+    };
 
     icmp_parameter_problem(at);
     assert!(in_error(fd, 5000), "the ICMP error did not arrive");
@@ -309,17 +303,11 @@ fn other_icmp_errors_are_read_off_the_error_queue() {
 /// unreachable host; only "destination unreachable" means the peer cannot be reached.
 #[test]
 fn only_destination_unreachable_makes_a_peer_unreachable() {
-    if !is_root() {
-        eprintln!(
-            "skipping only_destination_unreachable_makes_a_peer_unreachable: not root (it sends ICMP from a raw socket)"
-        );
+    let Some((mut t, at, fd, mut batch)) =
+        icmp_target("only_destination_unreachable_makes_a_peer_unreachable")
+    else {
         return;
-    }
-    let local = SocketAddr::new(loopback_v4(), 0);
-    let mut t = homa_io::transport::open(TransportKind::Udp, local).unwrap();
-    let at = t.local_addr();
-    let fd = t.readiness_fd().as_raw_fd();
-    let mut batch = Batch::new(4, RECV_SLOT_LEN);
+    };
     let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
 
     icmp_error(at, 11, 0); // time exceeded in transit
@@ -388,6 +376,22 @@ fn a_refused_datagram_does_not_take_the_rest_of_the_batch() {
     peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(peer.recv(&mut got).unwrap(), 5, "the second datagram went");
     assert_eq!(t.stats().tx_dropped, 1);
+}
+
+/// A UDP transport on loopback for a test to aim ICMP errors at, with its address, its
+/// readiness fd and a receive batch; `None` (the reason printed) unless root, since a raw
+/// socket sends the ICMP.
+fn icmp_target(
+    test: &str,
+) -> Option<(Box<dyn homa_io::Transport>, SocketAddr, std::os::fd::RawFd, Batch)> {
+    if !is_root() {
+        eprintln!("skipping {test}: not root (it sends ICMP from a raw socket)");
+        return None;
+    }
+    let local = SocketAddr::new(loopback_v4(), 0);
+    let t = homa_io::transport::open(TransportKind::Udp, local).unwrap();
+    let (at, fd) = (t.local_addr(), t.readiness_fd().as_raw_fd());
+    Some((t, at, fd, Batch::new(4, RECV_SLOT_LEN)))
 }
 
 /// Whether `fd` polls as in error within `ms` milliseconds.

@@ -27,6 +27,7 @@ struct Netns {
     a: String,
     b: String,
     va: String,
+    vb: String,
 }
 
 fn ip(args: &[&str]) -> io::Result<()> {
@@ -43,15 +44,20 @@ impl Netns {
     /// Namespaces and veths named after this process and `tag` (one per test).
     fn create(tag: char) -> io::Result<Netns> {
         let id = format!("hio{}{tag}", std::process::id());
-        let n = Netns { a: format!("{id}a"), b: format!("{id}b"), va: format!("{id}va") };
-        let vb = format!("{id}vb");
+        let n = Netns {
+            a: format!("{id}a"),
+            b: format!("{id}b"),
+            va: format!("{id}va"),
+            vb: format!("{id}vb"),
+        };
         ip(&["netns", "add", &n.a])?;
         ip(&["netns", "add", &n.b])?;
         ip(&[
-            "link", "add", &n.va, "netns", &n.a, "type", "veth", "peer", "name", &vb, "netns", &n.b,
+            "link", "add", &n.va, "netns", &n.a, "type", "veth", "peer", "name", &n.vb, "netns",
+            &n.b,
         ])?;
         for (ns, dev, v4, v6) in
-            [(&n.a, &n.va, CLIENT_V4, CLIENT_V6), (&n.b, &vb, SERVER_V4, SERVER_V6)]
+            [(&n.a, &n.va, CLIENT_V4, CLIENT_V6), (&n.b, &n.vb, SERVER_V4, SERVER_V6)]
         {
             ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", dev])?;
             ip(&["-n", ns, "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"])?;
@@ -60,7 +66,7 @@ impl Netns {
         }
         // Until the kernel's link watcher marks the veths up, their queues drop every
         // frame (the first ARP request included): wait for that state, not for a time.
-        for (ns, dev) in [(&n.a, &n.va), (&n.b, &vb)] {
+        for (ns, dev) in [(&n.a, &n.va), (&n.b, &n.vb)] {
             let start = std::time::Instant::now();
             while !link_is_up(ns, dev)? {
                 if start.elapsed() > std::time::Duration::from_secs(20) {
@@ -298,9 +304,8 @@ fn a_link_mtu_below_the_sockets_is_fragmented_into() {
             return;
         }
     };
-    let vb = net.va.replace("va", "vb");
     ip(&["-n", &net.a, "link", "set", &net.va, "mtu", "1400"]).unwrap();
-    ip(&["-n", &net.b, "link", "set", &vb, "mtu", "1400"]).unwrap();
+    ip(&["-n", &net.b, "link", "set", &net.vb, "mtu", "1400"]).unwrap();
     let kinds = [TransportKind::Udp, TransportKind::Ip, TransportKind::UringUdp];
     for (kind, (client_ip, server_ip)) in
         kinds.into_iter().flat_map(|k| [(k, (CLIENT_V4, SERVER_V4)), (k, (CLIENT_V6, SERVER_V6))])
