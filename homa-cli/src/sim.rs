@@ -19,6 +19,7 @@ Examples:
   homa sim --workload w4 --load 0.5 --messages 100000 --json w4.json --plot w4.svg
   homa sim --workload my_cdf.txt --load 0.7 --hosts 64 --priorities 4 --overcommit 2
   homa sim --workload w2 --load 0.8 --mode rpc --buffer-kb 500
+  homa sim --workload w5 --load 0.5 --messages 20000 --oracle
 
 The workload is w1..w5 or a CDF file: lines of `size_bytes cumulative_probability`.
 Load is the share of host link capacity in use, counting headers and grants.")]
@@ -55,6 +56,11 @@ pub(crate) struct Args {
     /// Draw slowdown vs message size here (SVG).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Also run the same messages through an ideal SRPT scheduler (the paper's SRPT-Oracle:
+    /// fluid flows, no headers or latency, slowdown = time / (size / link rate)) and report
+    /// its median and p99 per bin beside Homa's. One-way mode only.
+    #[arg(long)]
+    oracle: bool,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -194,6 +200,7 @@ impl Args {
             TailArg::Drain => Tail::Drain,
         };
         cfg.seed = self.seed;
+        cfg.oracle = self.oracle;
         Ok(cfg)
     }
 }

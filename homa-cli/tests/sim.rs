@@ -111,3 +111,35 @@ fn fifo_grants_and_picks_are_knobs() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("grant_fifo_fraction"), "{}", run.stderr);
 }
+
+/// `--oracle` adds an ideal SRPT scheduler's figures for the same messages, with the paper's
+/// oracle beside them for its workloads; request/response runs refuse it.
+#[test]
+fn the_oracle_reports_beside_homa() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("oracle.json");
+    let mut args = SMALL.to_vec();
+    args.extend([
+        "--workload",
+        "w5",
+        "--load",
+        "0.5",
+        "--oracle",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let run = homa(&args, "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("oracle_p99"), "{}", run.stdout);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let bins = report["bins"].as_array().unwrap();
+    let first = bins.iter().find(|b| b["messages"] != 0).unwrap();
+    assert!(first["oracle_p99"].as_f64().unwrap() >= 1.0, "{first}");
+    assert_eq!(first["paper_oracle_p99"], 1.0);
+    let mut rpc = SMALL.to_vec();
+    rpc.extend(["--workload", "w5", "--oracle", "--mode", "rpc"]);
+    let run = homa(&rpc, "");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("one-way"), "{}", run.stderr);
+}

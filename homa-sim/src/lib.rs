@@ -8,7 +8,8 @@
 //! idle fabric) per size bin, loads, queues and drops.
 //!
 //! [`SimConfig::paper`] is the setup of the SIGCOMM 2018 paper's simulations; `RESULTS.md`
-//! compares its numbers with ours. [`cutoffs_for_workload`] computes unscheduled priority
+//! compares its numbers with ours. With [`SimConfig::oracle`] the same messages also go
+//! through an ideal SRPT scheduler (the paper's "SRPT-Oracle"), reported beside Homa's. [`cutoffs_for_workload`] computes unscheduled priority
 //! cutoffs for any workload, for use with real endpoints too.
 //!
 //! ```
@@ -23,6 +24,7 @@
 //! ```
 
 mod fabric;
+mod oracle;
 pub mod paper;
 #[cfg(feature = "plot")]
 pub mod plot;

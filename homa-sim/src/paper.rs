@@ -1,9 +1,11 @@
-//! Homa's simulated results in the SIGCOMM 2018 paper, per message-size bin, for comparison
-//! (`workloads/paper-homa.txt`; its header names the source).
+//! Homa's and the SRPT oracle's simulated results in the SIGCOMM 2018 paper, per message-size
+//! bin, for comparison (`workloads/paper-homa.txt`, `workloads/paper-oracle.txt`; their headers
+//! name the source).
 
 use serde::Serialize;
 
 const DATA: &str = include_str!("../workloads/paper-homa.txt");
+const ORACLE: &str = include_str!("../workloads/paper-oracle.txt");
 
 /// One bin of the paper's results: messages up to `upper` bytes (and above the previous bin).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -36,6 +38,23 @@ pub fn bins(workload: &str, load: f64) -> Option<Vec<PaperBin>> {
     (!out.is_empty()).then_some(out)
 }
 
+/// The paper's SRPT oracle for workload `w1` .. `w5` at `load`: (bin upper bound, median,
+/// p99) for the bins it has values for.
+pub fn oracle_bins(workload: &str, load: f64) -> Vec<(u64, f64, f64)> {
+    let num = |s: &str| s.parse::<f64>().expect("paper-oracle.txt is well formed");
+    ORACLE
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [w, l, upper, median, p99] = f[..] else { return None };
+            (w == workload && (num(l) - load).abs() < 1e-9).then(|| {
+                (upper.parse().expect("paper-oracle.txt is well formed"), num(median), num(p99))
+            })
+        })
+        .collect()
+}
+
 /// The paper's bin upper bounds for a built-in workload (the same at every load).
 pub fn bin_bounds(workload: &str) -> Option<Vec<u64>> {
     bins(workload, 0.8).map(|b| b.iter().map(|b| b.upper).collect())
@@ -56,5 +75,21 @@ mod tests {
         assert_eq!(w5[0], 1470);
         assert_eq!(*w5.last().unwrap(), 29_400_000);
         assert!(bins("w3", 0.7).is_none());
+    }
+
+    #[test]
+    fn oracle_values_sit_on_the_papers_bins() {
+        let w5 = oracle_bins("w5", 0.5);
+        assert_eq!(w5.len(), 85);
+        assert_eq!(w5[0], (1470, 1.0, 1.0));
+        let (upper, _, p99) = *w5.last().unwrap();
+        assert_eq!(upper, 29_400_000);
+        assert!((p99 - 9.17).abs() < 0.01);
+        let bounds = bin_bounds("w5").unwrap();
+        for w in ["w1", "w2", "w3", "w4", "w5"] {
+            let bounds = bin_bounds(w).unwrap();
+            assert!(oracle_bins(w, 0.8).iter().all(|b| bounds.contains(&b.0)), "{w}");
+        }
+        assert!(bounds.len() > w5.len());
     }
 }

@@ -59,8 +59,11 @@ fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     root.fill(&WHITE)?;
-    let values =
-        report.bins.iter().flat_map(|b| [b.p99, b.median, b.paper_p99, b.paper_median]).flatten();
+    let values = report
+        .bins
+        .iter()
+        .flat_map(|b| [b.p99, b.median, b.paper_p99, b.paper_median, b.oracle_p99])
+        .flatten();
     let top = values.fold(2.0f64, f64::max) * 1.3;
     let title = format!(
         "{}: {:.0}% load, {} hosts ({:?})",
@@ -89,11 +92,12 @@ fn draw<DB: DrawingBackend>(
         .y_label_formatter(&|y| format!("{y:.0}"))
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
-    let series: [Series<'_>; 4] = [
+    let series: [Series<'_>; 5] = [
         ("99th percentile", RED, 2, Box::new(|i| bins[i].p99)),
         ("median", BLUE, 2, Box::new(|i| bins[i].median)),
         ("paper 99th percentile", BLACK, 1, Box::new(|i| bins[i].paper_p99)),
         ("paper median", RGBColor(120, 120, 120), 1, Box::new(|i| bins[i].paper_median)),
+        ("SRPT oracle 99th percentile", RGBColor(0, 150, 0), 1, Box::new(|i| bins[i].oracle_p99)),
     ];
     for (name, color, width, value) in series {
         let curves = steps(report, value);

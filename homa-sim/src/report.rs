@@ -80,6 +80,12 @@ impl Stats {
         self.samples[self.bin_of[size_index]].push(slowdown as f32);
     }
 
+    /// Every recorded slowdown, bin by bin.
+    #[cfg(test)]
+    pub(crate) fn samples(&self) -> impl Iterator<Item = f64> + '_ {
+        self.samples.iter().flatten().map(|&s| f64::from(s))
+    }
+
     /// The bin of a size.
     fn bin(&self, size: u64) -> usize {
         self.bounds.partition_point(|&b| b < size).min(self.bounds.len() - 1)
@@ -135,6 +141,16 @@ pub struct Bin {
     /// The paper's Homa values for this bin, workload and load, where it has them.
     pub paper_median: Option<f64>,
     pub paper_p99: Option<f64>,
+    /// An ideal SRPT scheduler's values for the same messages (runs with
+    /// [`SimConfig::oracle`]; its slowdown is time / (size / link rate)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_median: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_p99: Option<f64>,
+    /// The paper's SRPT oracle for this bin (runs with [`SimConfig::oracle`], where the paper
+    /// has it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paper_oracle_p99: Option<f64>,
 }
 
 /// The figures the paper's comparison uses.
@@ -146,6 +162,8 @@ pub struct Key {
     pub p99: Option<f64>,
     pub p99_histogram: Option<f64>,
     pub paper_p99: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_p99: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -297,6 +315,8 @@ pub fn add_metrics(sum: &mut Metrics, m: &Metrics) {
 pub(crate) struct Inputs<'a> {
     pub(crate) cfg: &'a SimConfig,
     pub(crate) stats: Stats,
+    /// The oracle's slowdowns for the same messages, if it ran.
+    pub(crate) oracle: Option<Stats>,
     pub(crate) per_host_msgs_per_sec: f64,
     pub(crate) wire_bytes_per_message: f64,
     pub(crate) measured_load: f64,
@@ -319,6 +339,19 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
     let paper_bins =
         if w.is_builtin() { paper::bins(w.name(), cfg.load) } else { None }.unwrap_or_default();
     let paper_at = |upper: u64| paper_bins.iter().find(|b| b.upper == upper);
+    let paper_oracle = if w.is_builtin() && x.oracle.is_some() {
+        paper::oracle_bins(w.name(), cfg.load)
+    } else {
+        Vec::new()
+    };
+    let mut oracle: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+    if let Some(o) = x.oracle.as_mut() {
+        for samples in &mut o.samples {
+            samples.sort_unstable_by(f32::total_cmp);
+            let some = |q| (!samples.is_empty()).then(|| r4(quantile(samples, q)));
+            oracle.push((some(0.5), some(0.99)));
+        }
+    }
     let mut all: Vec<f32> = Vec::new();
     let mut bins = Vec::new();
     for (i, samples) in x.stats.samples.iter_mut().enumerate() {
@@ -342,6 +375,9 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
             max: some(samples.last().map_or(f64::NAN, |&s| f64::from(s))),
             paper_median: paper_at(upper).map(|b| r4(b.median)),
             paper_p99: paper_at(upper).map(|b| r4(b.p99)),
+            oracle_median: oracle.get(i).and_then(|o| o.0),
+            oracle_p99: oracle.get(i).and_then(|o| o.1),
+            paper_oracle_p99: paper_oracle.iter().find(|o| o.0 == upper).map(|o| r4(o.2)),
         });
     }
     let completed = all.len() as u64;
@@ -354,6 +390,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
         p99: bins[i].p99,
         p99_histogram: bins[i].p99_histogram,
         paper_p99: bins[i].paper_p99,
+        oracle_p99: bins[i].oracle_p99,
     };
     let first = bins.iter().position(|b| b.messages > 0).unwrap_or(0);
     let worst = bins
@@ -506,13 +543,16 @@ impl Report {
             self.slowdown.min, self.slowdown.mean, self.slowdown.median, self.slowdown.p99
         );
         let _ = writeln!(s);
-        let _ = writeln!(
+        let has_oracle = self.bins.iter().any(|b| b.oracle_p99.is_some());
+        let _ = write!(
             s,
             "{:>10} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
             "size<=", "cum", "messages", "mean", "median", "p99", "paper_med", "paper_p99"
         );
+        let oracle_head = "  oracle_med oracle_p99 paper_oracle_p99";
+        let _ = writeln!(s, "{}", if has_oracle { oracle_head } else { "" });
         for b in &self.bins {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "{:>10} {:>7.4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
                 b.upper,
@@ -524,11 +564,17 @@ impl Report {
                 f(b.paper_median),
                 f(b.paper_p99)
             );
+            if has_oracle {
+                let (median, p99) = (f(b.oracle_median), f(b.oracle_p99));
+                let _ = write!(s, "  {median:>10} {p99:>10} {:>16}", f(b.paper_oracle_p99));
+            }
+            let _ = writeln!(s);
         }
         let _ = writeln!(s);
         let k = |name: &str, k: &Key| {
+            let oracle = k.oracle_p99.map_or(String::new(), |o| format!("  oracle {o:>7.2}"));
             format!(
-                "{name:<22} bin <= {:>10}  n {:>8}  p99 {:>7}  paper {:>7}\n",
+                "{name:<22} bin <= {:>10}  n {:>8}  p99 {:>7}  paper {:>7}{oracle}\n",
                 k.bin_upper,
                 k.messages,
                 f(k.p99),

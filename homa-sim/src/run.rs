@@ -10,6 +10,7 @@ use homa_core::{ApiError, Config, Endpoint, Event, Payload};
 use serde::Serialize;
 
 use crate::fabric::{Fabric, Topology, host_addr, host_of};
+use crate::oracle;
 use crate::protocol;
 use crate::report::{self, Report, Stats};
 use crate::workload::Workload;
@@ -71,6 +72,9 @@ pub struct SimConfig {
     /// Upper bounds of the message-size bins; empty = the paper's bins for its workloads,
     /// bins of about 1 % of messages each otherwise.
     pub bins: Vec<u64>,
+    /// Also run the same messages through an ideal SRPT scheduler (one-way mode only) and
+    /// report its slowdowns beside Homa's.
+    pub oracle: bool,
 }
 
 impl SimConfig {
@@ -92,6 +96,7 @@ impl SimConfig {
             seed: 1,
             endpoint,
             bins: Vec::new(),
+            oracle: false,
         }
     }
 }
@@ -291,6 +296,9 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         return Err(format!("warm-up share {} must be in [0, 1)", cfg.warmup));
     }
     cfg.endpoint.validate().map_err(|e| e.to_string())?;
+    if cfg.oracle && cfg.mode != Mode::OneWay {
+        return Err("the SRPT oracle models one-way messages only".into());
+    }
     let topo = &cfg.topology;
     let hosts = topo.hosts;
     let w = &cfg.workload;
@@ -377,6 +385,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
     let mut last_progress = 0u64;
     let mut loaded_until = u64::MAX;
     let mut hops_before = 0u64;
+    let mut arrivals = Vec::new();
     loop {
         let t = next as u64;
         // Move the network up to the next arrival, doing the hosts' deferred work as it comes.
@@ -438,6 +447,10 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             driver.measured_live += 1;
         }
         generated += 1;
+        if cfg.oracle {
+            let (src, dst, size_index) = (src as u32, dst as u32, size_index as u32);
+            arrivals.push(oracle::Arrival { at_ns: t, src, dst, size_index, measured });
+        }
         let i = driver.insert(Msg {
             src: src as u32,
             dst: dst as u32,
@@ -477,12 +490,18 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             drops: net.link(l).stats.overflow_drops,
         })
         .collect();
+    let oracle = cfg.oracle.then(|| {
+        let mut stats = Stats::new(w, &bounds);
+        oracle::run(&arrivals, w.sizes(), hosts, topo.host_bps, &mut stats);
+        stats
+    });
     let host_nic_peak = host_up.iter().map(|&l| net.link(l).stats.peak_queued).max().unwrap_or(0);
     let packet_hops = hops_before + net.links().iter().map(|l| l.stats.packets).sum::<u64>();
     let link_capacity = link_bytes_per_ns * window_ns as f64 * hosts as f64;
     Ok(report::build(report::Inputs {
         cfg,
         stats: driver.stats,
+        oracle,
         per_host_msgs_per_sec: per_host_rate * 1e9,
         wire_bytes_per_message: per_msg_wire,
         measured_load: uplink_bytes as f64 / link_capacity,

@@ -140,3 +140,26 @@ fn one_priority_level_is_a_valid_configuration() {
     assert_eq!(report.protocol.priorities, 1);
     assert_eq!(report.measured.completed, 300);
 }
+
+#[test]
+fn the_srpt_oracle_runs_beside_homa_on_the_same_messages() {
+    let cfg = small(mixed(), 0.8, 2000);
+    let homa = run(&cfg, &mut |_| {}).unwrap();
+    let with_oracle = SimConfig { oracle: true, ..cfg };
+    let both = run(&with_oracle, &mut |_| {}).unwrap();
+    // Homa's numbers do not change, and runs without the oracle keep their JSON.
+    assert!(!homa.to_json().contains("oracle"));
+    for (a, b) in homa.bins.iter().zip(&both.bins) {
+        assert_eq!((a.messages, a.median, a.p99), (b.messages, b.median, b.p99));
+    }
+    for b in &both.bins {
+        let (median, p99) = (b.oracle_median.unwrap(), b.oracle_p99.unwrap());
+        assert!(median >= 1.0 && p99 >= median, "{b:?}");
+    }
+    // The smallest messages go first everywhere: most never wait. The longest wait at 80 %.
+    assert_eq!(both.bins[0].oracle_median, Some(1.0), "{}", both.table());
+    assert!(both.bins.last().unwrap().oracle_p99.unwrap() > 1.5, "{}", both.table());
+    assert!(both.table().contains("oracle_p99"));
+    let rpc = SimConfig { mode: Mode::Rpc, ..with_oracle };
+    assert!(run(&rpc, &mut |_| {}).unwrap_err().contains("one-way"));
+}
