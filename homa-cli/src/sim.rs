@@ -57,8 +57,9 @@ pub(crate) struct Args {
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Also run the same messages through an ideal SRPT scheduler (the paper's SRPT-Oracle:
-    /// fluid flows, no headers or latency, slowdown = time / (size / link rate)) and report
-    /// its median and p99 per bin beside Homa's. One-way mode only.
+    /// fluid flows, no headers or latency, slowdown = time / (size / link rate), so not in
+    /// the units of Homa's slowdowns) and report its median and p99 per bin beside Homa's
+    /// and the paper's oracle. One-way mode only.
     #[arg(long)]
     oracle: bool,
     /// No progress bar.
@@ -251,7 +252,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     writeln!(out, "{table}").map_err(Error::io("writing standard output"))?;
     writeln!(
         out,
-        "wall {secs:.1} s: {:.2} M packet-hops/s, {:.2} M network steps/s; peak memory {}",
+        "wall {secs:.1} s{}: {:.2} M packet-hops/s, {:.2} M network steps/s; peak memory {}",
+        if cfg.oracle { " (the oracle included)" } else { "" },
         report.work.packet_hops as f64 / secs / 1e6,
         report.work.steps as f64 / secs / 1e6,
         peak_rss_mb().map_or("unknown".into(), |mb| format!("{mb:.0} MB"))

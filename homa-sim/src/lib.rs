@@ -9,8 +9,9 @@
 //!
 //! [`SimConfig::paper`] is the setup of the SIGCOMM 2018 paper's simulations; `RESULTS.md`
 //! compares its numbers with ours. With [`SimConfig::oracle`] the same messages also go
-//! through an ideal SRPT scheduler (the paper's "SRPT-Oracle"), reported beside Homa's. [`cutoffs_for_workload`] computes unscheduled priority
-//! cutoffs for any workload, for use with real endpoints too.
+//! through an ideal SRPT scheduler (the paper's "SRPT-Oracle"), reported beside Homa's.
+//! [`cutoffs_for_workload`] computes unscheduled priority cutoffs for any workload, for use
+//! with real endpoints too.
 //!
 //! ```
 //! use homa_sim::{SimConfig, Stop, Workload, run};

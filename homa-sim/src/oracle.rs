@@ -20,17 +20,19 @@ pub(crate) struct Arrival {
     pub(crate) measured: bool,
 }
 
+/// A message in the oracle: what is left of it, and which arrival it is.
 #[derive(Debug, Clone, Copy)]
 struct Job {
     /// Picoseconds of transmission left at the link rate.
     left_ps: u64,
-    arrived_ps: u64,
-    /// Arrival order, so equal messages rank by age and the result never depends on sorting.
+    /// Index into the arrivals: their order is age, so ties go to the oldest.
     seq: u32,
-    src: u32,
-    dst: u32,
-    size_index: u32,
-    measured: bool,
+}
+
+impl Job {
+    fn key(&self) -> (u64, u32) {
+        (self.left_ps, self.seq)
+    }
 }
 
 /// Runs `arrivals` (in time order) through the oracle and records the measured messages'
@@ -42,41 +44,39 @@ pub(crate) fn run(
     host_bps: u64,
     stats: &mut Stats,
 ) {
+    debug_assert!(arrivals.is_sorted_by_key(|a| a.at_ns), "arrivals come in time order");
     let ps_per_byte = 8e12 / host_bps as f64;
     let work_ps: Vec<u64> = sizes.iter().map(|&s| (s as f64 * ps_per_byte).ceil() as u64).collect();
+    // Active messages, always in SRPT order (`Job::key`).
     let mut jobs: Vec<Job> = Vec::new();
-    let mut served: Vec<usize> = Vec::new();
+    let (mut served, mut waiting): (Vec<Job>, Vec<Job>) = (Vec::new(), Vec::new());
     let (mut src_busy, mut dst_busy) = (vec![false; hosts], vec![false; hosts]);
     let (mut now, mut next) = (0u64, 0usize);
     loop {
         while let Some(a) = arrivals.get(next).filter(|a| a.at_ns * 1000 <= now) {
-            jobs.push(Job {
-                left_ps: work_ps[a.size_index as usize],
-                arrived_ps: a.at_ns * 1000,
-                seq: next as u32,
-                src: a.src,
-                dst: a.dst,
-                size_index: a.size_index,
-                measured: a.measured,
-            });
+            let job = Job { left_ps: work_ps[a.size_index as usize], seq: next as u32 };
+            let at = jobs.partition_point(|j| j.key() < job.key());
+            jobs.insert(at, job);
             next += 1;
         }
-        // The matching only changes at arrivals and completions: served messages only move
-        // ahead of the ones they block.
-        jobs.sort_unstable_by_key(|j| (j.left_ps, j.arrived_ps, j.seq));
-        served.clear();
-        for (i, j) in jobs.iter().enumerate() {
-            let (s, d) = (j.src as usize, j.dst as usize);
-            if !src_busy[s] && !dst_busy[d] {
+        // Greedy matching: each message in order, unless its sender or receiver already
+        // serves one ahead of it. A message that waits reserves nothing.
+        for job in jobs.drain(..) {
+            let a = &arrivals[job.seq as usize];
+            let (s, d) = (a.src as usize, a.dst as usize);
+            if src_busy[s] || dst_busy[d] {
+                waiting.push(job);
+            } else {
                 (src_busy[s], dst_busy[d]) = (true, true);
-                served.push(i);
+                served.push(job);
             }
         }
-        for &i in &served {
-            let j = &jobs[i];
-            (src_busy[j.src as usize], dst_busy[j.dst as usize]) = (false, false);
+        for job in &served {
+            let a = &arrivals[job.seq as usize];
+            (src_busy[a.src as usize], dst_busy[a.dst as usize]) = (false, false);
         }
-        let first_done = served.iter().map(|&i| jobs[i].left_ps).min();
+        // The matching holds until the next arrival or completion.
+        let first_done = served.first().map(|j| j.left_ps);
         let next_arrival = arrivals.get(next).map(|a| a.at_ns * 1000 - now);
         let step = match (first_done, next_arrival) {
             (None, None) => break,
@@ -84,20 +84,26 @@ pub(crate) fn run(
             (Some(d), None) => d,
             (None, Some(a)) => a,
         };
-        for &i in &served {
-            jobs[i].left_ps -= step;
-        }
         now += step;
-        jobs.retain(|j| {
-            if j.left_ps > 0 {
-                return true;
+        // Served messages advance together: they keep their order among themselves and can
+        // only pass waiting ones, so one merge restores the SRPT order.
+        let mut rest = waiting.drain(..).peekable();
+        for mut job in served.drain(..) {
+            job.left_ps -= step;
+            if job.left_ps == 0 {
+                let a = &arrivals[job.seq as usize];
+                if a.measured {
+                    let ideal = work_ps[a.size_index as usize] as f64;
+                    stats.record(a.size_index as usize, (now - a.at_ns * 1000) as f64 / ideal);
+                }
+                continue;
             }
-            if j.measured {
-                let ideal = work_ps[j.size_index as usize] as f64;
-                stats.record(j.size_index as usize, (now - j.arrived_ps) as f64 / ideal);
+            while let Some(w) = rest.next_if(|w| w.key() < job.key()) {
+                jobs.push(w);
             }
-            false
-        });
+            jobs.push(job);
+        }
+        jobs.extend(rest);
     }
 }
 
@@ -172,13 +178,31 @@ mod tests {
     }
 
     #[test]
-    fn a_blocked_message_does_not_block_the_next() {
-        // 0->1 (short) blocks 0->2 (long); 3->2 (middle) is then free to use 2's link,
-        // though the long message, which it would yield to, ranks below it anyway.
+    fn a_waiting_message_reserves_nothing() {
+        // 0->1 (1 KB) holds sender 0, so 0->2 (5 KB) waits; 3->2 (10 KB) ranks below 0->2
+        // yet takes receiver 2 meanwhile. At 0.8 us 0->2 preempts it there (5,000 B left
+        // against 9,000): 0->2 ends at 4.8 us, 3->2 at 12 us.
         let sizes = [1000, 5000, 10_000];
-        let s = slowdowns(&sizes, &[(0, 0, 1, 0), (0, 0, 2, 2), (0, 3, 2, 1)]);
-        // Short: alone. Middle: starts at once (4 us). Long: waits for the short at its
-        // sender (0.8 us) and the middle at its receiver (4 us), then 8 us: ends at 12 us.
-        assert_close(&s, &[1.0, 12.0 / 8.0, 1.0]);
+        let s = slowdowns(&sizes, &[(0, 0, 1, 0), (0, 0, 2, 1), (0, 3, 2, 2)]);
+        assert_close(&s, &[1.0, 4.8 / 4.0, 12.0 / 8.0]);
+    }
+
+    #[test]
+    fn rank_is_bytes_left_not_size() {
+        // At 6 us the 10 KB message has 2,500 B left: the 5 KB newcomer waits for it.
+        let s = slowdowns(&[5000, 10_000], &[(0, 0, 2, 1), (6000, 1, 2, 0)]);
+        assert_close(&s, &[1.0, 6.0 / 4.0]);
+    }
+
+    #[test]
+    fn equal_messages_go_oldest_first() {
+        let s = slowdowns(&[1000, 10_000], &[(0, 0, 2, 1), (0, 1, 2, 1)]);
+        assert_close(&s, &[1.0, 2.0]);
+    }
+
+    #[test]
+    fn an_arrival_at_a_completion_finds_the_link_free() {
+        let s = slowdowns(&[1000, 10_000], &[(0, 0, 1, 1), (8000, 0, 1, 0)]);
+        assert_close(&s, &[1.0, 1.0]);
     }
 }

@@ -47,7 +47,7 @@ fn steps(report: &Report, value: impl Fn(usize) -> Option<f64>) -> Vec<Vec<(f64,
 }
 
 /// Draws the report's median and 99th-percentile slowdowns per bin (and the paper's, where
-/// it has them) into an SVG file.
+/// it has them, and the SRPT oracle's p99 in runs with it) into an SVG file.
 pub fn svg(report: &Report, path: &Path) -> io::Result<()> {
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
     draw(report, &root).map_err(|e| io::Error::other(e.to_string()))?;

@@ -142,7 +142,11 @@ pub struct Bin {
     pub paper_median: Option<f64>,
     pub paper_p99: Option<f64>,
     /// An ideal SRPT scheduler's values for the same messages (runs with
-    /// [`SimConfig::oracle`]; its slowdown is time / (size / link rate)).
+    /// [`SimConfig::oracle`]; its slowdown is time / (size / link rate), so it is not in
+    /// the units of `median` and `p99`, whose idle-network time counts headers and latency).
+    /// It completes every measured message, also those Homa left unfinished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_messages: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle_median: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +168,8 @@ pub struct Key {
     pub paper_p99: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle_p99: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paper_oracle_p99: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -344,12 +350,13 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
     } else {
         Vec::new()
     };
-    let mut oracle: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+    // Per bin: (messages, median, p99) of the oracle.
+    let mut oracle: Vec<(u64, Option<f64>, Option<f64>)> = Vec::new();
     if let Some(o) = x.oracle.as_mut() {
         for samples in &mut o.samples {
             samples.sort_unstable_by(f32::total_cmp);
             let some = |q| (!samples.is_empty()).then(|| r4(quantile(samples, q)));
-            oracle.push((some(0.5), some(0.99)));
+            oracle.push((samples.len() as u64, some(0.5), some(0.99)));
         }
     }
     let mut all: Vec<f32> = Vec::new();
@@ -375,9 +382,10 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
             max: some(samples.last().map_or(f64::NAN, |&s| f64::from(s))),
             paper_median: paper_at(upper).map(|b| r4(b.median)),
             paper_p99: paper_at(upper).map(|b| r4(b.p99)),
-            oracle_median: oracle.get(i).and_then(|o| o.0),
-            oracle_p99: oracle.get(i).and_then(|o| o.1),
-            paper_oracle_p99: paper_oracle.iter().find(|o| o.0 == upper).map(|o| r4(o.2)),
+            oracle_messages: oracle.get(i).map(|o| o.0),
+            oracle_median: oracle.get(i).and_then(|o| o.1),
+            oracle_p99: oracle.get(i).and_then(|o| o.2),
+            paper_oracle_p99: paper_oracle.iter().find(|o| o.upper == upper).map(|o| r4(o.p99)),
         });
     }
     let completed = all.len() as u64;
@@ -391,6 +399,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
         p99_histogram: bins[i].p99_histogram,
         paper_p99: bins[i].paper_p99,
         oracle_p99: bins[i].oracle_p99,
+        paper_oracle_p99: bins[i].paper_oracle_p99,
     };
     let first = bins.iter().position(|b| b.messages > 0).unwrap_or(0);
     let worst = bins
@@ -543,7 +552,7 @@ impl Report {
             self.slowdown.min, self.slowdown.mean, self.slowdown.median, self.slowdown.p99
         );
         let _ = writeln!(s);
-        let has_oracle = self.bins.iter().any(|b| b.oracle_p99.is_some());
+        let has_oracle = self.bins.iter().any(|b| b.oracle_messages.is_some());
         let _ = write!(
             s,
             "{:>10} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}",
@@ -572,7 +581,10 @@ impl Report {
         }
         let _ = writeln!(s);
         let k = |name: &str, k: &Key| {
-            let oracle = k.oracle_p99.map_or(String::new(), |o| format!("  oracle {o:>7.2}"));
+            let oracle = match (k.oracle_p99, k.paper_oracle_p99) {
+                (None, _) => String::new(),
+                (Some(o), paper) => format!("  oracle {o:>7.2}  paper's oracle {:>7}", f(paper)),
+            };
             format!(
                 "{name:<22} bin <= {:>10}  n {:>8}  p99 {:>7}  paper {:>7}{oracle}\n",
                 k.bin_upper,

@@ -153,6 +153,8 @@ fn the_srpt_oracle_runs_beside_homa_on_the_same_messages() {
         assert_eq!((a.messages, a.median, a.p99), (b.messages, b.median, b.p99));
     }
     for b in &both.bins {
+        // The same messages: every bin holds as many as Homa's (all completed here).
+        assert_eq!(b.oracle_messages, Some(b.messages), "{b:?}");
         let (median, p99) = (b.oracle_median.unwrap(), b.oracle_p99.unwrap());
         assert!(median >= 1.0 && p99 >= median, "{b:?}");
     }
