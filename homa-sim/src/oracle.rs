@@ -9,16 +9,7 @@
 //! message that never waits has exactly 1.
 
 use crate::report::Stats;
-
-/// A message as the Homa run created it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Arrival {
-    pub(crate) at_ns: u64,
-    pub(crate) src: u32,
-    pub(crate) dst: u32,
-    pub(crate) size_index: u32,
-    pub(crate) measured: bool,
-}
+use crate::run::Msg;
 
 /// A message in the oracle: what is left of it, and which arrival it is.
 #[derive(Debug, Clone, Copy)]
@@ -37,14 +28,8 @@ impl Job {
 
 /// Runs `arrivals` (in time order) through the oracle and records the measured messages'
 /// slowdowns in `stats`. `sizes` are the workload's sizes by index.
-pub(crate) fn run(
-    arrivals: &[Arrival],
-    sizes: &[u64],
-    hosts: usize,
-    host_bps: u64,
-    stats: &mut Stats,
-) {
-    debug_assert!(arrivals.is_sorted_by_key(|a| a.at_ns), "arrivals come in time order");
+pub(crate) fn run(arrivals: &[Msg], sizes: &[u64], hosts: usize, host_bps: u64, stats: &mut Stats) {
+    debug_assert!(arrivals.is_sorted_by_key(|a| a.created), "arrivals come in time order");
     let ps_per_byte = 8e12 / host_bps as f64;
     let work_ps: Vec<u64> = sizes.iter().map(|&s| (s as f64 * ps_per_byte).ceil() as u64).collect();
     // Active messages, always in SRPT order (`Job::key`).
@@ -53,7 +38,7 @@ pub(crate) fn run(
     let (mut src_busy, mut dst_busy) = (vec![false; hosts], vec![false; hosts]);
     let (mut now, mut next) = (0u64, 0usize);
     loop {
-        while let Some(a) = arrivals.get(next).filter(|a| a.at_ns * 1000 <= now) {
+        while let Some(a) = arrivals.get(next).filter(|a| a.created * 1000 <= now) {
             let job = Job { left_ps: work_ps[a.size_index as usize], seq: next as u32 };
             let at = jobs.partition_point(|j| j.key() < job.key());
             jobs.insert(at, job);
@@ -77,7 +62,7 @@ pub(crate) fn run(
         }
         // The matching holds until the next arrival or completion.
         let first_done = served.first().map(|j| j.left_ps);
-        let next_arrival = arrivals.get(next).map(|a| a.at_ns * 1000 - now);
+        let next_arrival = arrivals.get(next).map(|a| a.created * 1000 - now);
         let step = match (first_done, next_arrival) {
             (None, None) => break,
             (Some(d), Some(a)) => d.min(a),
@@ -94,7 +79,7 @@ pub(crate) fn run(
                 let a = &arrivals[job.seq as usize];
                 if a.measured {
                     let ideal = work_ps[a.size_index as usize] as f64;
-                    stats.record(a.size_index as usize, (now - a.at_ns * 1000) as f64 / ideal);
+                    stats.record(a.size_index as usize, (now - a.created * 1000) as f64 / ideal);
                 }
                 continue;
             }
@@ -125,11 +110,11 @@ mod tests {
             .enumerate()
             .map(|(k, _)| {
                 // Measure one message at a time, so each bin holds its slowdown alone.
-                let arrivals: Vec<Arrival> = msgs
+                let arrivals: Vec<Msg> = msgs
                     .iter()
                     .enumerate()
-                    .map(|(i, &(at_ns, src, dst, size_index))| Arrival {
-                        at_ns,
+                    .map(|(i, &(created, src, dst, size_index))| Msg {
+                        created,
                         src,
                         dst,
                         size_index,

@@ -18,23 +18,32 @@ pub struct PaperBin {
     pub p99: f64,
 }
 
+/// The rows of a data file for `workload` at `load`: each bin's upper bound and the `N`
+/// numbers after it (the files are ours, so a malformed line is a bug).
+fn rows<'a, const N: usize>(
+    data: &'a str,
+    workload: &'a str,
+    load: f64,
+) -> impl Iterator<Item = (u64, [f64; N])> + 'a {
+    data.lines().filter(|l| !l.starts_with('#')).filter_map(move |line| {
+        let bad = || -> ! { panic!("malformed line in a paper data file: {line}") };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != N + 3 {
+            bad();
+        }
+        let num = |s: &str| s.parse::<f64>().unwrap_or_else(|_| bad());
+        (f[0] == workload && (num(f[1]) - load).abs() < 1e-9).then(|| {
+            let upper = f[2].parse::<u64>().unwrap_or_else(|_| bad());
+            (upper, core::array::from_fn(|i| num(f[3 + i])))
+        })
+    })
+}
+
 /// The paper's bins for workload `w1` .. `w5` at `load` (0.5 or 0.8), if it has them.
 pub fn bins(workload: &str, load: f64) -> Option<Vec<PaperBin>> {
-    let mut out = Vec::new();
-    for line in DATA.lines().filter(|l| !l.starts_with('#')) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [w, l, upper, percent, mean, median, p99] = f[..] else { continue };
-        let num = |s: &str| s.parse::<f64>().expect("paper-homa.txt is well formed");
-        if w == workload && (num(l) - load).abs() < 1e-9 {
-            out.push(PaperBin {
-                upper: upper.parse().expect("paper-homa.txt is well formed"),
-                percent: num(percent),
-                mean: num(mean),
-                median: num(median),
-                p99: num(p99),
-            });
-        }
-    }
+    let out: Vec<PaperBin> = rows(DATA, workload, load)
+        .map(|(upper, [percent, mean, median, p99])| PaperBin { upper, percent, mean, median, p99 })
+        .collect();
     (!out.is_empty()).then_some(out)
 }
 
@@ -49,19 +58,9 @@ pub struct OracleBin {
 /// The paper's SRPT oracle for workload `w1` .. `w5` at `load`, for the bins it has values
 /// for (fewer than [`bins`] has).
 pub fn oracle_bins(workload: &str, load: f64) -> Vec<OracleBin> {
-    let num = |s: &str| s.parse::<f64>().expect("paper-oracle.txt is well formed");
-    let mut out = Vec::new();
-    for line in ORACLE.lines().filter(|l| !l.starts_with('#')) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let [w, l, upper, median, p99] = f[..] else {
-            panic!("paper-oracle.txt is well formed: {line}")
-        };
-        if w == workload && (num(l) - load).abs() < 1e-9 {
-            let upper = upper.parse().expect("paper-oracle.txt is well formed");
-            out.push(OracleBin { upper, median: num(median), p99: num(p99) });
-        }
-    }
-    out
+    rows(ORACLE, workload, load)
+        .map(|(upper, [median, p99])| OracleBin { upper, median, p99 })
+        .collect()
 }
 
 /// The paper's bin upper bounds for a built-in workload (the same at every load).

@@ -144,14 +144,14 @@ impl ZeroPayloads {
     }
 }
 
-/// A message in flight.
+/// A message as created: hosts, size, creation time (ns), and whether it is measured.
 #[derive(Debug, Clone, Copy)]
-struct Msg {
-    src: u32,
-    dst: u32,
-    size_index: u32,
-    created: u64,
-    measured: bool,
+pub(crate) struct Msg {
+    pub(crate) src: u32,
+    pub(crate) dst: u32,
+    pub(crate) size_index: u32,
+    pub(crate) created: u64,
+    pub(crate) measured: bool,
 }
 
 /// Work for a host other than the one whose event is being handled: forget a one-way
@@ -447,17 +447,17 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             driver.measured_live += 1;
         }
         generated += 1;
-        if cfg.oracle {
-            let (src, dst, size_index) = (src as u32, dst as u32, size_index as u32);
-            arrivals.push(oracle::Arrival { at_ns: t, src, dst, size_index, measured });
-        }
-        let i = driver.insert(Msg {
+        let msg = Msg {
             src: src as u32,
             dst: dst as u32,
             size_index: size_index as u32,
             created: t,
             measured,
-        });
+        };
+        if cfg.oracle {
+            arrivals.push(msg);
+        }
+        let i = driver.insert(msg);
         let (payload, port) = (driver.zeros.get(w.sizes()[size_index]), driver.client_port);
         let result =
             net.with_endpoint(src, &mut driver, |now, ep| send(now, ep, port, dst, payload, i));
