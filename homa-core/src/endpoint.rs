@@ -80,9 +80,15 @@ pub struct Endpoint {
     config: Config,
     max_payload: u32,
     now: Instant,
-    /// The tick `now` is in, and when it ends (see `advance`).
+    /// The timer tick the endpoint is in, and when it ends, on the clock that leaves out
+    /// `stalled` (see `advance`).
     tick: u64,
     tick_end: Instant,
+    /// Time the endpoint was owed a timer run and did not get one: the process was not
+    /// scheduled, a handler held the thread, the machine was suspended. Ticks are counted
+    /// without it, so such a stall is not silence of the peers (as the module counts the
+    /// timer runs in which nothing arrived).
+    stalled: Instant,
     /// Bit per port: bound (server ports) or taken (ephemeral ports).
     ports: Vec<u64>,
     next_ephemeral: u16,
@@ -129,6 +135,7 @@ impl Endpoint {
             now: 0,
             tick: 0,
             tick_end: config.tick(),
+            stalled: 0,
             ports: alloc::vec![0; 65536 / 64],
             next_ephemeral: MIN_EPHEMERAL_PORT,
             next_client_id: config.first_client_id,
@@ -368,7 +375,7 @@ impl Endpoint {
         let live =
             |due: u64, r: RpcRef| rpcs.get(r).is_some_and(|x| x.timer.armed_tick == Some(due));
         self.timers.drop_stale(self.tick + 1, live);
-        let timer = self.timers.next_tick().map(|t| t.saturating_mul(self.config.tick()));
+        let timer = self.timers.next_tick().map(|t| self.tick_start(t));
         match (data, timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -479,9 +486,25 @@ impl Endpoint {
         let max_payload = self.max_payload;
         let x = self.rpcs.get_mut(r)?;
         let m = x.msgout.as_mut()?;
-        let (start, end, range) = m.next_resend(max_payload)?;
+        let (start, end, incoming) = m.next_resend(max_payload)?;
+        let priority = self.data_priority(r, start)?;
         self.metrics.retransmitted_packets += 1;
-        self.emit_data(r, start, end, range.end, range.priority, true, buf, gather)
+        self.emit_data(r, start, end, incoming, priority, true, buf, gather)
+    }
+
+    /// The level of `r`'s DATA packet starting at `start`: the receiver's cutoff level
+    /// for unscheduled bytes, the latest GRANT's for scheduled ones. A retransmission goes
+    /// at the level its original had, whatever the RESEND asks (the module uses the
+    /// RESEND's level, the highest for its own receivers: resent bulk data would share
+    /// the short messages' class).
+    fn data_priority(&self, r: RpcRef, start: u32) -> Option<u8> {
+        let x = self.rpcs.get(r)?;
+        let m = x.msgout.as_ref()?;
+        Some(if start < m.unscheduled {
+            self.peers.get(x.peer).unsched_priority(m.length, self.config.num_priorities)
+        } else {
+            m.sched_priority
+        })
     }
 
     /// Picks the message for the next new DATA packet (SRPT, with the FIFO share) and sends
@@ -504,12 +527,8 @@ impl Endpoint {
         let m = x.msgout.as_ref()?;
         let start = m.next_offset;
         let end = m.packet_end(start, self.max_payload);
-        let priority = if start < m.unscheduled {
-            self.peers.get(x.peer).unsched_priority(m.length, self.config.num_priorities)
-        } else {
-            m.sched_priority
-        };
         let incoming = m.unscheduled;
+        let priority = self.data_priority(key.rpc, start)?;
         let sent = self.emit_data(key.rpc, start, end, incoming, priority, false, buf, gather)?;
         self.metrics.message_bytes_out += u64::from(end - start);
         let x = self.rpcs.get_mut(key.rpc)?;
@@ -637,12 +656,25 @@ impl Endpoint {
 
     fn advance(&mut self, now: Instant) {
         self.now = self.now.max(now);
-        if self.now >= self.tick_end {
-            // A division only when a tick boundary passes, not on every call.
-            let len = self.config.tick();
-            self.tick = self.now / len;
-            self.tick_end = (self.tick + 1).saturating_mul(len);
+        if self.now - self.stalled < self.tick_end {
+            return; // the common case: still in the same tick
         }
+        // A timer due more than a tick before now did not run when it was due: the
+        // endpoint was stalled since then, and those ticks do not count. (Whoever drives
+        // by `poll_timeout` runs each tick's timers within the tick.)
+        let len = self.config.tick();
+        if let Some(due) = self.timers.next_tick() {
+            let late = self.now.saturating_sub(self.tick_start(due).saturating_add(len));
+            self.stalled += late;
+        }
+        // A division only when a tick boundary passes, not on every call.
+        self.tick = (self.now - self.stalled) / len;
+        self.tick_end = (self.tick + 1).saturating_mul(len);
+    }
+
+    /// When tick `tick` starts, on the caller's clock.
+    fn tick_start(&self, tick: u64) -> Instant {
+        tick.saturating_mul(self.config.tick()).saturating_add(self.stalled)
     }
 
     /// The current timer tick: tick T spans [T * tick, (T + 1) * tick).
@@ -1110,7 +1142,7 @@ impl Endpoint {
             wire::resend::ALL_SENT => tx_end,
             length => rs.offset.saturating_add(length),
         };
-        if m.queue_resend(rs.offset, end, rs.priority) && !x.resend_queued {
+        if m.queue_resend(rs.offset, end, self.max_payload) && !x.resend_queued {
             x.resend_queued = true;
             self.tx.resends.push_back(r);
         }
@@ -1138,18 +1170,32 @@ impl Endpoint {
             self.end_rpc(r);
             return;
         }
-        if x.state != State::Outgoing {
-            return; // The server lost a request whose response we are receiving: wait.
+        if x.state == State::Incoming {
+            // The server forgot the RPC while answering it (it gave up waiting for our
+            // grants while we were stalled, or it restarted): the rest of the response
+            // never comes. Ask again from the start, as for a lost request. (The module
+            // ignores this and times out; a restart can re-execute the request in both
+            // cases.)
+            if x.grant_managed {
+                self.grant_cx(|g, cx| g.end_rpc(cx, r));
+            }
+            let Some(x) = self.rpcs.get_mut(r) else { return };
+            let partial = x.msgin.take().map_or(0, |m| m.length);
+            x.state = State::Outgoing;
+            self.rx_bytes -= u64::from(partial);
         }
-        let peer = self.peers.get(x.peer);
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        if x.state != State::Outgoing {
+            return;
+        }
         let Some(m) = x.msgout.as_mut() else { return };
-        // The server lost everything: send all we sent again, at the unscheduled level.
-        let priority = peer.unsched_priority(m.length, self.config.num_priorities);
-        if m.queue_resend(0, m.next_offset, priority) && !x.resend_queued {
+        // The server lost everything: send all we sent again.
+        if m.queue_resend(0, m.next_offset, self.max_payload) && !x.resend_queued {
             x.resend_queued = true;
             self.tx.resends.push_back(r);
         }
         self.metrics.restarts += 1;
+        self.refresh_worry(r);
     }
 
     fn handle_need_ack(

@@ -108,17 +108,6 @@ impl fmt::Debug for PayloadSlice {
     }
 }
 
-/// A byte range to send again, and the level to send it at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Resend {
-    pub(crate) start: u32,
-    pub(crate) end: u32,
-    pub(crate) priority: u8,
-}
-
-/// Retransmissions waiting for `poll_transmit`; a few ranges, merged when more arrive.
-const MAX_RESEND_RANGES: usize = 4;
-
 #[derive(Debug)]
 pub(crate) struct OutMessage {
     pub(crate) payload: Payload,
@@ -133,8 +122,17 @@ pub(crate) struct OutMessage {
     pub(crate) sched_priority: u8,
     /// Creation order, for SRPT ties and the pacer's FIFO picks.
     pub(crate) birth: u64,
-    resends: [Resend; MAX_RESEND_RANGES],
-    num_resends: usize,
+    /// Packets asked for again and not yet resent: bit i is packet i (`packet_index`).
+    /// Exact, so a packet asked for by several RESENDs before it goes is sent once, and
+    /// only what was asked for goes. Allocated at the first RESEND.
+    resend: Vec<u64>,
+    /// Bits set in `resend`.
+    resend_pending: u32,
+    /// No bit is set in `resend` below this word.
+    resend_word: usize,
+    /// End of the furthest range asked for since `resend` was last empty: the `incoming`
+    /// of the retransmitted packets (the module's range end).
+    resend_end: u32,
 }
 
 impl OutMessage {
@@ -149,8 +147,10 @@ impl OutMessage {
             next_offset: 0,
             sched_priority: 0,
             birth,
-            resends: [Resend { start: 0, end: 0, priority: 0 }; MAX_RESEND_RANGES],
-            num_resends: 0,
+            resend: Vec::new(),
+            resend_pending: 0,
+            resend_word: 0,
+            resend_end: 0,
         }
     }
 
@@ -158,16 +158,6 @@ impl OutMessage {
     pub(crate) fn packet_end(&self, offset: u32, max_payload: u32) -> u32 {
         let limit = if offset < self.unscheduled { self.unscheduled } else { self.length };
         offset.saturating_add(max_payload).min(limit)
-    }
-
-    /// Start of the packet that holds byte `offset`.
-    pub(crate) fn packet_start(&self, offset: u32, max_payload: u32) -> u32 {
-        if offset < self.unscheduled {
-            offset - offset % max_payload
-        } else {
-            let past = offset - self.unscheduled;
-            self.unscheduled + past - past % max_payload
-        }
     }
 
     /// Bytes not yet sent once (the SRPT key of the sender).
@@ -185,40 +175,71 @@ impl OutMessage {
         self.granted = self.granted.max(offset.min(self.length));
     }
 
-    /// Queues `[start, end)` (clipped to what was sent) for retransmission, whole packets.
-    /// Returns false if nothing in the range has been sent.
-    pub(crate) fn queue_resend(&mut self, start: u32, end: u32, priority: u8) -> bool {
+    /// Index of the packet that holds byte `offset`: the unscheduled packets first, then
+    /// the scheduled ones (see `packet_end`).
+    fn packet_index(&self, offset: u32, max_payload: u32) -> usize {
+        let unsched_packets = self.unscheduled.div_ceil(max_payload);
+        let index = if offset < self.unscheduled {
+            offset / max_payload
+        } else {
+            unsched_packets + (offset - self.unscheduled) / max_payload
+        };
+        index as usize
+    }
+
+    /// Start of packet `index` (the inverse of `packet_index`).
+    fn packet_offset(&self, index: usize, max_payload: u32) -> u32 {
+        let unsched_packets = self.unscheduled.div_ceil(max_payload) as usize;
+        if index < unsched_packets {
+            index as u32 * max_payload
+        } else {
+            self.unscheduled + (index - unsched_packets) as u32 * max_payload
+        }
+    }
+
+    /// Queues the packets that hold bytes `[start, end)` (clipped to what was sent) for
+    /// retransmission; one already queued stays queued once. Returns false if nothing in
+    /// the range has been sent.
+    pub(crate) fn queue_resend(&mut self, start: u32, end: u32, max_payload: u32) -> bool {
         let end = end.min(self.next_offset);
         if start >= end {
             return false;
         }
-        let range = Resend { start, end, priority };
-        if self.num_resends < MAX_RESEND_RANGES {
-            self.resends[self.num_resends] = range;
-            self.num_resends += 1;
-        } else {
-            let last = &mut self.resends[MAX_RESEND_RANGES - 1];
-            *last = Resend { start: last.start.min(start), end: last.end.max(end), priority };
+        if self.resend.is_empty() {
+            let packets = self.packet_index(self.length - 1, max_payload) + 1;
+            self.resend = alloc::vec![0; packets.div_ceil(64)];
         }
+        let (first, last) =
+            (self.packet_index(start, max_payload), self.packet_index(end - 1, max_payload));
+        for i in first..=last {
+            let (word, bit) = (&mut self.resend[i / 64], 1u64 << (i % 64));
+            if *word & bit == 0 {
+                *word |= bit;
+                self.resend_pending += 1;
+            }
+        }
+        self.resend_word = self.resend_word.min(first / 64);
+        self.resend_end = self.resend_end.max(end);
         true
     }
 
-    /// Takes the next packet to retransmit: its bytes [start, end), and the range it
-    /// belongs to (whose end goes in `incoming`, as the module does).
-    pub(crate) fn next_resend(&mut self, max_payload: u32) -> Option<(u32, u32, Resend)> {
-        if self.num_resends == 0 {
+    /// Takes the lowest packet queued for retransmission: its bytes [start, end) and the
+    /// `incoming` to send with it.
+    pub(crate) fn next_resend(&mut self, max_payload: u32) -> Option<(u32, u32, u32)> {
+        if self.resend_pending == 0 {
             return None;
         }
-        let range = self.resends[0];
-        let start = self.packet_start(range.start, max_payload);
-        let end = self.packet_end(start, max_payload);
-        if end >= range.end {
-            self.resends.copy_within(1..self.num_resends, 0);
-            self.num_resends -= 1;
-        } else {
-            self.resends[0].start = end;
+        let w = (self.resend_word..self.resend.len()).find(|&w| self.resend[w] != 0)?;
+        self.resend_word = w;
+        let bit = self.resend[w].trailing_zeros() as usize;
+        self.resend[w] &= !(1 << bit);
+        self.resend_pending -= 1;
+        let incoming = self.resend_end;
+        if self.resend_pending == 0 {
+            self.resend_end = 0;
         }
-        Some((start, end, range))
+        let start = self.packet_offset(w * 64 + bit, max_payload);
+        Some((start, self.packet_end(start, max_payload), incoming))
     }
 }
 
@@ -234,7 +255,8 @@ mod tests {
         let mut off = 0;
         while off < m.length {
             let end = m.packet_end(off, 1424);
-            assert_eq!(m.packet_start(end - 1, 1424), off);
+            let index = m.packet_index(end - 1, 1424);
+            assert_eq!((index, m.packet_offset(index, 1424)), (ends.len(), off));
             ends.push(end);
             off = end;
         }
@@ -249,13 +271,37 @@ mod tests {
     fn resends_are_whole_packets_clipped_to_what_was_sent() {
         let mut m = OutMessage::new(vec![0; 10_000].into(), 40_000, 0);
         m.next_offset = 4272; // three packets sent
-        assert!(!m.queue_resend(5000, 6000, 7), "nothing there was sent");
-        assert!(m.queue_resend(1500, u32::MAX, 7));
-        let range = Resend { start: 1500, end: 4272, priority: 7 };
-        assert_eq!(m.next_resend(1424), Some((1424, 2848, range)));
-        let rest = Resend { start: 2848, ..range };
-        assert_eq!(m.next_resend(1424), Some((2848, 4272, rest)));
+        assert!(!m.queue_resend(5000, 6000, 1424), "nothing there was sent");
+        assert!(m.queue_resend(1500, u32::MAX, 1424));
+        assert_eq!(m.next_resend(1424), Some((1424, 2848, 4272)));
+        assert_eq!(m.next_resend(1424), Some((2848, 4272, 4272)));
         assert_eq!(m.next_resend(1424), None);
+    }
+
+    #[test]
+    fn a_packet_asked_for_twice_goes_once_and_only_asked_packets_go() {
+        // 40,000 unscheduled bytes: 28 full packets and one of 128, then full ones.
+        let mut m = OutMessage::new(vec![0; 200_000].into(), 40_000, 0);
+        m.next_offset = 200_000;
+        // Many separate holes, as a batch of RESENDs brings them, some twice.
+        let holes = [(1424, 2848), (39_872, 40_000), (41_424, 42_848), (150_000, 150_001)];
+        for &(a, b) in holes.iter().chain(&holes) {
+            assert!(m.queue_resend(a, b, 1424));
+        }
+        let mut sent = vec![];
+        while let Some((start, end, incoming)) = m.next_resend(1424) {
+            assert_eq!(incoming, 150_001, "the furthest range's end");
+            sent.push((start, end));
+        }
+        let last = 40_000 + 77 * 1424; // the scheduled packet holding byte 150,000
+        assert_eq!(
+            sent,
+            [(1424, 2848), (39_872, 40_000), (41_424, 42_848), (last, last + 1424)],
+            "each asked-for packet once, in order, nothing else"
+        );
+        // A later request starts afresh, below where the last one left off.
+        assert!(m.queue_resend(0, 10, 1424));
+        assert_eq!(m.next_resend(1424), Some((0, 1424, 10)));
     }
 
     #[test]
