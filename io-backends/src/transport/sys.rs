@@ -143,9 +143,10 @@ pub(super) struct MmsgScratch {
     cmsgs: Vec<CmsgBuf>,
     /// Per message: the batch datagrams it carries (first, count).
     runs: Vec<(usize, usize)>,
-    /// Receiving: the batch buffer, first slot and count the headers point to, and how
-    /// many headers the last call may have changed (the rest are still set up).
-    prepared: Option<(usize, usize, usize, bool)>,
+    /// Receiving: the slots the headers point to (the first's address, the slots' length,
+    /// the first's index and how many) and whether they take control data; and how many
+    /// headers the last call may have changed (the rest are still set up).
+    prepared: Option<(usize, usize, usize, usize, bool)>,
     touched: usize,
 }
 
@@ -172,9 +173,12 @@ impl MmsgScratch {
 
     /// Points headers `..want` at slots `first..` of `batch`. Only the headers the last
     /// call touched are reset when nothing else changed (the kernel rewrites lengths and
-    /// flags; a receive usually touches one or two of 32).
+    /// flags; a receive usually touches one or two of 32). "Nothing else" includes the
+    /// slots' length: another batch may sit where a dropped one was, with other slots, and
+    /// a header left pointing at the old ones would let the kernel write past the new.
     fn prepare_recv(&mut self, batch: &mut Batch, first: usize, want: usize, gro: bool) {
-        let key = (batch.slot_mut(first).as_ptr() as usize, first, want, gro);
+        let slot = batch.slot_mut(first);
+        let key = (slot.as_ptr() as usize, slot.len(), first, want, gro);
         let count = if self.prepared == Some(key) { self.touched.min(want) } else { want };
         self.prepared = Some(key);
         for i in 0..count {
@@ -443,14 +447,17 @@ pub(super) fn iovec(bytes: &[u8]) -> libc::iovec {
     libc::iovec { iov_base: bytes.as_ptr().cast_mut().cast(), iov_len: bytes.len() }
 }
 
-/// Counts a datagram the kernel refused with `errno`, reporting its peer if unreachable.
+/// Counts a datagram the kernel refused with `errno`, reporting its peer if the error is
+/// final for it. Transient refusals (a full buffer or queue, ENOBUFS / EAGAIN / ENOMEM, or
+/// a firewall rule dropping the packet, EPERM) are a lost packet like any other: Homa's
+/// RESENDs recover it.
 pub(super) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<'_>) {
     if errno == libc::EINVAL {
         // No datagram to this address can be sent (UDP port 0, an IPv6 link-local address
         // without its interface): its calls fail now rather than time out.
         tracing::warn!(%to, "the kernel refuses to send to this address (EINVAL)");
     }
-    if is_unreachable(errno) || matches!(errno, libc::EACCES | libc::EPERM | libc::EINVAL) {
+    if is_unreachable(errno) || matches!(errno, libc::EACCES | libc::EINVAL) {
         r.stats.unreachable += 1;
         r.unreachable.push_back(Unreachable { peer: to, port: None });
     }
@@ -863,6 +870,28 @@ pub(super) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch where a dropped one was, with slots of another length (white-box: the same
+    /// batch with its slot length changed), gets headers for its own slots, not the old.
+    #[test]
+    fn receive_headers_follow_the_slot_length() {
+        for (before, after) in [(2048, 1024), (1024, 2048)] {
+            let mut batch = Batch::new(4, before);
+            let mut s = MmsgScratch::new(BATCH_SLOTS);
+            s.prepare_recv(&mut batch, 0, 2, false);
+            s.touched = 0; // as after a receive that changed no header
+            batch.slot_len = after;
+            s.prepare_recv(&mut batch, 0, 2, false);
+            for i in 0..2 {
+                let slot = batch.slot_mut(i);
+                assert_eq!(s.iovs[i].iov_base, slot.as_mut_ptr().cast(), "slot {i}");
+                assert_eq!(s.iovs[i].iov_len, after, "slot {i}: {before} -> {after}");
+            }
+        }
+    }
+
+    /// Scratch headers for the tests.
+    const BATCH_SLOTS: usize = 32;
 
     #[test]
     fn gso_runs_are_full_packets_to_one_peer_at_one_priority() {
