@@ -1,9 +1,15 @@
-//! Messages to send, taken from any object with the buffer protocol without copying.
+//! Messages to send, taken from any object with the buffer protocol.
 //!
-//! A C-contiguous buffer (bytes, bytearray, memoryview, array.array, a contiguous numpy
-//! array) is exported once with `PyObject_GetBuffer` and the export is kept alive inside a
-//! [`Payload::shared`] until homa is done with the bytes (the response arrived, or the
-//! server's response was acknowledged). A non-contiguous buffer is copied once.
+//! A read-only C-contiguous buffer (bytes, a read-only memoryview, a numpy array with
+//! `writeable=False`) is exported once with `PyObject_GetBuffer` and the export is kept
+//! alive inside a [`Payload::shared`] until homa is done with the bytes (the response
+//! arrived, or the server's response was acknowledged): no copy. The driver thread reads
+//! those bytes without the GIL while Python runs, so a buffer Python may write meanwhile
+//! (bytearray, array.array, a writable numpy array or memoryview) is copied once instead:
+//! reading bytes another thread writes is a data race. A read-only export of memory that
+//! something else still writes (a read-only view of a bytearray that is then changed)
+//! breaks the promise the read-only flag makes; `bytes` always keep it. A non-contiguous
+//! buffer is copied once too.
 //!
 //! Releasing an export needs the GIL, but the last owner of a payload is often a homa-io
 //! driver thread, which must never wait for the GIL (a Python thread holding the GIL may be
@@ -79,7 +85,7 @@ pub(crate) fn release_pending(_py: Python<'_>) {
 
 /// `obj`'s bytes in one piece: an export of a C-contiguous buffer, or for a strided one
 /// (e.g. a numpy slice) a contiguous copy. Anything without the buffer protocol (str, int,
-/// list, ...) is a `TypeError`.
+/// list, ...) is a `TypeError`. The export may be writable (see [`payload`]).
 enum Contiguous<'py> {
     Export(View),
     Copy(Bound<'py, PyBytes>),
@@ -104,18 +110,24 @@ fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Contiguous<'py>> {
     )))
 }
 
-/// The payload for a message in `obj`: zero-copy for contiguous buffers, one copy otherwise.
+/// The payload for a message in `obj`: zero-copy for read-only contiguous buffers, one copy
+/// otherwise (see the module docs).
 pub(crate) fn payload(obj: &Bound<'_, PyAny>) -> PyResult<Payload> {
     release_pending(obj.py());
     match contiguous(obj)? {
-        Contiguous::Export(view) => Ok(Payload::shared(Arc::new(Shared(view)))),
+        Contiguous::Export(view) if view.0.readonly != 0 => {
+            Ok(Payload::shared(Arc::new(Shared(view))))
+        }
+        // Writable: copied while the GIL keeps Python from changing it, then released.
+        Contiguous::Export(view) => Ok(Payload::from(view.bytes().to_vec())),
         // The copy is a `bytes`: kept alive by its own export, not copied again.
         Contiguous::Copy(bytes) => payload(bytes.as_any()),
     }
 }
 
-/// Runs `f` on `obj`'s bytes, for callers that only read them during the call (a received
-/// packet): no payload is built around them.
+/// Runs `f` on `obj`'s bytes, for callers that only read them during the call, with the GIL
+/// held (a received packet): no payload is built around them, and no copy is needed even
+/// of a writable buffer.
 pub(crate) fn with_bytes<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     Ok(match contiguous(obj)? {
         Contiguous::Export(view) => f(view.bytes()),

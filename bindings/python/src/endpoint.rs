@@ -200,7 +200,8 @@ impl Endpoint {
 
     /// Starts an RPC from local ``port`` to Homa port ``dest_port`` at transport address
     /// ``dest``; returns its id (even). The outcome arrives as an event carrying ``cookie``.
-    /// ``message`` is any bytes-like object (kept, not copied, until sent).
+    /// ``message`` is any bytes-like object (a read-only one is kept, not copied, until
+    /// sent; a writable one is copied once).
     #[pyo3(signature = (now, port, dest, dest_port, message, cookie = None))]
     #[allow(clippy::too_many_arguments)] // the core's arguments, one to one
     fn send_request(

@@ -168,7 +168,8 @@ impl Socket {
         lock(&self.inner).is_none()
     }
 
-    /// Sends ``message`` (any bytes-like object, not copied) to the Homa server at ``dest``
+    /// Sends ``message`` (any bytes-like object; read-only ones are not copied, writable
+    /// ones are copied once) to the Homa server at ``dest``
     /// and blocks, without the GIL, until the response arrives; returns it as bytes.
     /// ``timeout`` (seconds) bounds the whole call; without it a silent server still fails
     /// the call after Homa's timeout (``timeout_ticks``). Signals (Ctrl-C) are handled
@@ -385,7 +386,8 @@ impl Request {
         lock(&self.inner).is_none()
     }
 
-    /// Sends the response (any bytes-like object, not copied). It never blocks: the
+    /// Sends the response (any bytes-like object; read-only ones are not copied, writable
+    /// ones are copied once). It never blocks: the
     /// packets the receiver allows are sent now, the rest by the driver. Returns an
     /// awaitable that is already done, so ``await req.reply(data)`` and ``req.reply(data)``
     /// both work. Raises ``InvalidArgumentError`` if the request was already answered.

@@ -392,21 +392,44 @@ def test_serve_runs_handlers_concurrently(run: Callable[[Any], Any], port: int) 
     run(main())
 
 
-def test_sends_do_not_copy(run: Callable[[Any], Any], port: int) -> None:
-    """A bytearray being sent is exported, not copied: it cannot be resized while its call
-    is pending, and can again once the call is over (the export was released)."""
+def test_read_only_sends_are_not_copied(run: Callable[[Any], Any], port: int) -> None:
+    """A read-only buffer being sent is exported, not copied: the view cannot be released
+    while its call is pending, and can once the call is over (homa released the export)."""
 
     async def main() -> None:
         srv = await homa.open(port=port, host=LOCAL)
         async with await homa.open(host=LOCAL, **SLACK) as cli:
-            payload = bytearray(b"tensor" * 1000)
-            call = asyncio.create_task(cli.call(srv.local_addr, payload, timeout=5))
+            data = bytearray(b"tensor" * 1000)
+            view = memoryview(data).toreadonly()
+            call = asyncio.create_task(cli.call(srv.local_addr, view, timeout=5))
             req = await srv.recv_request()
             with pytest.raises(BufferError):
-                payload.append(0)  # exported: homa holds it until the RPC is over
+                view.release()  # exported: homa holds it until the RPC is over
             await req.reply(bytes(req.message))
-            assert await call == payload
-            payload.append(0)  # released
+            assert await call == data
+            view.release()  # released
+        srv.close()
+
+    run(main())
+
+
+def test_writable_sends_are_copied(run: Callable[[Any], Any], port: int) -> None:
+    """A writable buffer is copied when the call starts (homa's thread reads the bytes
+    while Python runs): changing it meanwhile changes nothing that is sent, and it is not
+    held (it can be resized at once)."""
+
+    async def main() -> None:
+        srv = await homa.open(port=port, host=LOCAL)
+        async with await homa.open(host=LOCAL, **SLACK) as cli:
+            payload = bytearray(b"a" * 300_000)
+            call = asyncio.create_task(cli.call(srv.local_addr, payload, timeout=5))
+            await asyncio.sleep(0)  # the call starts: its bytes are taken now
+            payload[:] = b"b" * len(payload)
+            payload.append(0)  # not exported
+            req = await srv.recv_request()
+            assert req.message == b"a" * 300_000
+            await req.reply(b"ok")
+            assert await call == b"ok"
         srv.close()
 
     run(main())

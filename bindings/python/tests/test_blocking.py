@@ -110,28 +110,48 @@ def test_port_of_a_closed_socket_is_free_again(port: int) -> None:
     homa.Socket(port, host=LOCAL).close()
 
 
-def test_blocking_sends_do_not_copy(port: int) -> None:
-    """The bytearray being sent is exported, not copied: it cannot be resized while its call
-    is pending (the server tries, before answering), and can again once the call is over."""
+def test_blocking_read_only_sends_are_not_copied(port: int) -> None:
+    """A read-only buffer being sent is exported, not copied: its view cannot be released
+    while its call is pending (the server tries, before answering), and can once the call
+    is over."""
     with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
-        payload = bytearray(b"abc" * 10_000)
-        resized: list[bool] = []
+        data = bytearray(b"abc" * 10_000)
+        view = memoryview(data).toreadonly()
+        released: list[bool] = []
 
         def answer() -> None:
             req = server.recv_request(timeout=10)
             try:
-                payload.append(0)
-                resized.append(True)
+                view.release()
+                released.append(True)
             except BufferError:
-                resized.append(False)
+                released.append(False)
             req.reply(req.message)
 
         t = threading.Thread(target=answer)
         t.start()
-        assert client.call(server.local_addr, payload, timeout=10) == bytes(payload)
+        assert client.call(server.local_addr, view, timeout=10) == bytes(data)
         t.join()
-        assert resized == [False], "the payload could be resized during its call: it was copied"
-        payload.append(0)  # the export ended with the call
+        assert released == [False], "the view could be released during its call: it was copied"
+        view.release()  # the export ended with the call
+
+
+def test_blocking_writable_sends_are_copied(port: int) -> None:
+    """A writable buffer is copied when the call starts: the server, changing it before it
+    answers, changes nothing that was sent, and can resize it (it is not exported)."""
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
+        payload = bytearray(b"a" * 300_000)
+
+        def answer() -> None:
+            req = server.recv_request(timeout=10)
+            payload[:] = b"b" * len(payload)
+            payload.append(0)  # not exported
+            req.reply(req.message)
+
+        t = threading.Thread(target=answer)
+        t.start()
+        assert client.call(server.local_addr, payload, timeout=10) == b"a" * 300_000
+        t.join()
 
 
 def test_port_is_free_while_a_request_is_held(port: int) -> None:

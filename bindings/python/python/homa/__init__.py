@@ -12,8 +12,9 @@
   ``malloc`` from handing each freed buffer back to the kernel.
 
 Messages are 1..1,000,000 bytes (the Linux module's limit; an ``Endpoint`` may raise it with
-``max_message_length``, for peers configured alike); sends take any bytes-like object without copying it;
-received messages are ``bytes``. Errors are :class:`HomaError` subclasses (see
+``max_message_length``, for peers configured alike); sends take any bytes-like object
+(read-only ones such as ``bytes`` without a copy, writable ones copied once); received
+messages are ``bytes``. Errors are :class:`HomaError` subclasses (see
 :mod:`homa._errors`)."""
 
 from __future__ import annotations

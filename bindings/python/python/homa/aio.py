@@ -106,8 +106,8 @@ class AsyncSocket:
             raise RuntimeError("this homa socket belongs to another event loop")
 
     async def call(self, dest: Address, message: Bytes, timeout: float | None = None) -> bytes:
-        """Sends ``message`` (any bytes-like object; not copied, so do not modify it until
-        the call returns) to the Homa server at ``dest`` (``(host, port)`` or
+        """Sends ``message`` (any bytes-like object: read-only ones such as ``bytes`` are
+        sent without a copy, writable ones copied once) to the Homa server at ``dest`` (``(host, port)`` or
         ``"host:port"``) and returns its response.
 
         ``timeout`` (seconds) bounds the call (:class:`homa.TimeoutError`, which is also
