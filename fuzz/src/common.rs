@@ -183,15 +183,17 @@ impl Node {
         let mode = bytes.last().copied().unwrap_or(0);
         if bytes.len() > header_len && mode & 1 == 1 {
             let payload = &bytes[header_len..];
-            if let Some(message) = self.ep.placement(from, bytes, payload.len()) {
-                if mode & 2 == 2 {
+            let give_up = mode & 2 == 2;
+            let placed = self.ep.place(now, from, bytes, payload.len(), |message| {
+                if give_up {
                     message.extend(payload.iter().map(|b| !b).chain([0xEE; 7]));
                 } else {
                     message.extend_from_slice(payload);
-                    let placed = self.ep.handle_placed(now, from, &bytes[..header_len]);
-                    assert_eq!(placed, Ok(()), "a placement is handled");
-                    return (Ok(()), self.after_input(hold));
                 }
+                !give_up
+            });
+            if placed && !give_up {
+                return (Ok(()), self.after_input(hold));
             }
         }
         let result = self.ep.handle_packet(now, from, bytes);

@@ -104,25 +104,13 @@ pub struct Endpoint {
     metrics: Metrics,
     rx_bytes: u64,
     tx_bytes: u64,
-    /// The DATA packet whose payload [`Endpoint::placement`] made room for.
-    pending_placement: Option<Placement>,
 }
 
-/// A DATA packet's payload: its bytes, or how many of them `placement` put in the message.
+/// A DATA packet's payload: its bytes, or how many of them `place` put in the message.
 #[derive(Debug, Clone, Copy)]
 enum Arrived<'a> {
     Bytes(&'a [u8]),
     Placed(u32),
-}
-
-/// A placement awaiting [`Endpoint::handle_placed`]: the packet's source, header and
-/// payload length, and its RPC.
-#[derive(Debug)]
-struct Placement {
-    from: SocketAddr,
-    header: [u8; data::HEADER_LEN],
-    len: u32,
-    rpc: RpcRef,
 }
 
 impl Endpoint {
@@ -152,7 +140,6 @@ impl Endpoint {
             metrics: Metrics::default(),
             rx_bytes: 0,
             tx_bytes: 0,
-            pending_placement: None,
             config,
         })
     }
@@ -690,75 +677,59 @@ impl Endpoint {
         from: SocketAddr,
         bytes: &[u8],
     ) -> Result<(), wire::Error> {
-        self.pending_placement = None; // its message may change now
         self.receive(now, from, bytes, None)
     }
 
     /// Receive-in-place, for I/O layers that can read a datagram's first bytes before the
     /// rest (e.g. with `MSG_PEEK`). When the DATA packet from `from` that starts with
     /// `header` (at least [`data::HEADER_LEN`] bytes) and carries `payload_len` bytes of
-    /// payload extends its message's bytes in order, returns the message's buffer: it holds
-    /// the bytes before the packet's and has room for its payload. The caller appends the
-    /// payload (e.g. receives it straight into the spare capacity, sparing the copy that
-    /// [`handle_packet`](Self::handle_packet) makes), then calls
-    /// [`handle_placed`](Self::handle_placed) with the header. `None`: receive the packet
-    /// and hand it to `handle_packet` as usual. A caller that gives up leaves nothing the
-    /// next call would notice; one that does anything but append corrupts that message.
-    pub fn placement(
-        &mut self,
-        from: SocketAddr,
-        header: &[u8],
-        payload_len: usize,
-    ) -> Option<&mut Vec<u8>> {
-        self.pending_placement = None;
-        let header: [u8; data::HEADER_LEN] = header.get(..data::HEADER_LEN)?.try_into().ok()?;
-        let repr = wire::Repr::parse_up_to(&header, self.config.max_message_length).ok()?;
-        let Body::Data { repr: d, .. } = repr.body else { return None };
-        let h = &repr.header;
-        let len = u32::try_from(payload_len).ok()?;
-        let r = self.find_rpc(from, h)?;
-        let x =
-            self.rpcs.get(r).filter(|x| x.state == State::Incoming && x.local_port == h.dport)?;
-        if x.msgin.as_ref()?.length != d.message_length {
-            return None;
-        }
-        self.pending_placement = Some(Placement { from, header, len, rpc: r });
-        let m = self.rpcs.get_mut(r)?.msgin.as_mut()?;
-        let buf = m.place(data::effective_offset(d.seg_offset, h.sequence), len);
-        if buf.is_none() {
-            self.pending_placement = None;
-        }
-        buf
-    }
-
-    /// Handles the DATA packet whose payload the caller appended to the buffer the last
-    /// [`placement`](Self::placement) returned (`header` starts with the packet's header,
-    /// as then). Fails with [`ApiError::NotPlaced`] (and changes nothing) if there was no
-    /// such placement since the last `handle_packet`, or it was for another header, or its
-    /// RPC has ended since. If the caller appended other than the packet's payload length,
-    /// the packet is dropped as a duplicate.
-    pub fn handle_placed(
+    /// payload extends its message's bytes in order, calls `fill` with the message's
+    /// buffer, which holds the bytes before the packet's and has room for its payload:
+    /// `fill` appends the payload (e.g. receives it straight into the spare capacity,
+    /// sparing the copy that [`handle_packet`](Self::handle_packet) makes) and returns
+    /// whether it did. The packet is then handled as `handle_packet` would handle it.
+    /// Returns whether `fill` was called; if not, receive the packet and hand it to
+    /// `handle_packet` as usual. Whatever `fill` leaves but the packet's payload (it
+    /// returned false, or appended another length) is discarded, and the packet with it.
+    pub fn place(
         &mut self,
         now: Instant,
         from: SocketAddr,
         header: &[u8],
-    ) -> Result<(), ApiError> {
-        let pending = self.pending_placement.take();
-        let same = |p: &Placement| {
-            p.from == from
-                && header.get(..data::HEADER_LEN) == Some(&p.header[..])
-                && self.rpcs.get(p.rpc).is_some()
+        payload_len: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) -> bool {
+        let Some(header) = header.get(..data::HEADER_LEN) else { return false };
+        let Ok(repr) = wire::Repr::parse_up_to(header, self.config.max_message_length) else {
+            return false;
         };
-        let Some(p) = pending.filter(same) else {
-            return Err(ApiError::NotPlaced);
+        let Body::Data { repr: d, .. } = repr.body else { return false };
+        let h = &repr.header;
+        let Ok(len) = u32::try_from(payload_len) else { return false };
+        let Some(r) = self.find_rpc(from, h) else { return false };
+        let placeable = self.rpcs.get(r).is_some_and(|x| {
+            x.state == State::Incoming
+                && x.local_port == h.dport
+                && x.msgin.as_ref().is_some_and(|m| m.length == d.message_length)
+        });
+        let offset = data::effective_offset(d.seg_offset, h.sequence);
+        let Some(m) = self.rpcs.get_mut(r).and_then(|x| x.msgin.as_mut()).filter(|_| placeable)
+        else {
+            return false;
         };
-        // `placement` parsed this header: it parses again.
-        let _ = self.receive(now, from, &p.header, Some(p.len));
-        Ok(())
+        let Some(buf) = m.place(offset, len) else { return false };
+        let before = buf.len();
+        if !fill(buf) || buf.len() != before + payload_len {
+            buf.truncate(before);
+            return true;
+        }
+        // Parsed above: it parses again.
+        let _ = self.receive(now, from, header, Some(len));
+        true
     }
 
-    /// `handle_packet`, or with `placed_len`, `handle_placed` (`bytes` is then the header,
-    /// and that many bytes of payload are in its message already).
+    /// `handle_packet`, or with `placed_len`, `place` (`bytes` is then the header, and that
+    /// many bytes of payload are in its message already).
     fn receive(
         &mut self,
         now: Instant,
@@ -1064,8 +1035,7 @@ impl Endpoint {
         let Some(m) = x.msgin.take() else { return };
         self.rx_bytes -= u64::from(m.length);
         self.metrics.message_bytes_in += u64::from(m.length);
-        let mut message = m.buf;
-        message.truncate(m.length as usize); // what an abandoned placement appended past it
+        let message = m.buf;
         if x.is_client() {
             // The response completes the RPC: free it, and remember to ack the server.
             let (id, cookie) = (x.id, x.cookie);

@@ -26,8 +26,6 @@ pub enum ApiError {
     TooManyPeers,
     /// Outgoing messages would exceed `Config::wmem_max`; retry once some complete.
     TxBufferFull,
-    /// `Endpoint::handle_placed` without a matching `Endpoint::placement` just before.
-    NotPlaced,
 }
 
 impl fmt::Display for ApiError {
@@ -53,9 +51,6 @@ impl fmt::Display for ApiError {
             }
             ApiError::TxBufferFull => {
                 write!(f, "outgoing messages would exceed wmem_max; wait for some to complete")
-            }
-            ApiError::NotPlaced => {
-                write!(f, "handle_placed without a matching placement before it")
             }
         }
     }

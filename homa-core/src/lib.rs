@@ -10,8 +10,8 @@
 //! # Driving an `Endpoint`
 //!
 //! The caller owns the socket and the clock. Inputs are [`Endpoint::handle_packet`] (or,
-//! for a DATA packet received straight into its message, [`Endpoint::placement`] then
-//! [`Endpoint::handle_placed`]), [`Endpoint::handle_timeout`] and the API calls
+//! for a DATA packet received straight into its message, [`Endpoint::place`]),
+//! [`Endpoint::handle_timeout`] and the API calls
 //! (`send_request`, `send_response`, `abort`, `bind`, ...); each takes the current time as an
 //! [`Instant`] (nanoseconds from any origin).
 //! Outputs are packets ([`Endpoint::poll_transmit`], or [`Endpoint::poll_transmit_gather`]

@@ -1,6 +1,6 @@
-//! Receive-in-place (`Endpoint::placement` / `handle_placed`): a DATA packet whose payload
-//! the caller appends straight to its message has exactly the effect of `handle_packet`;
-//! and a placement the caller abandons or misuses loses nothing.
+//! Receive-in-place (`Endpoint::place`): a DATA packet whose payload the caller appends
+//! straight to its message has exactly the effect of `handle_packet`; and a placement the
+//! caller gives up or botches loses nothing.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use homa_core::wire::data::HEADER_LEN;
-use homa_core::{ApiError, Config, Endpoint, Event, Metrics};
+use homa_core::{Config, Endpoint, Event, Metrics};
 
 const CLIENT: &str = "198.18.0.2:40000";
 const SERVER: &str = "198.18.0.1:99";
@@ -19,8 +19,8 @@ const LEN: usize = 300_000;
 enum Take {
     Copy,
     InPlace,
-    /// Place, append more junk than the payload, give up, and take the packet with
-    /// `handle_packet`.
+    /// Place, append more junk than the payload and give up (`fill` returns false); then
+    /// take the packet with `handle_packet`.
     AbandonFirst,
 }
 
@@ -48,22 +48,21 @@ fn run(take: Take) -> Run {
         while let Some(t) = c.poll_transmit(now, &mut buf) {
             let packet = &buf[..t.len];
             let payload_len = packet.len().saturating_sub(HEADER_LEN);
-            if take == Take::AbandonFirst
-                && let Some(buf) = s.placement(client, packet, payload_len)
-            {
-                buf.extend_from_slice(&vec![0xEE; payload_len + 100]);
+            if take == Take::AbandonFirst {
+                s.place(now, client, packet, payload_len, |buf| {
+                    buf.extend_from_slice(&vec![0xEE; payload_len + 100]);
+                    false
+                });
             }
-            let placement = match take {
-                Take::InPlace => s.placement(client, packet, payload_len),
-                _ => None,
-            };
-            match placement {
-                Some(buf) => {
+            let in_place = take == Take::InPlace
+                && s.place(now, client, packet, payload_len, |buf| {
                     buf.extend_from_slice(&packet[HEADER_LEN..]);
-                    s.handle_placed(now, client, packet).unwrap(); // the header, and more
-                    placed += 1;
-                }
-                None => s.handle_packet(now, client, packet).unwrap(),
+                    true
+                });
+            if in_place {
+                placed += 1;
+            } else {
+                s.handle_packet(now, client, packet).unwrap();
             }
         }
         while let Some(t) = s.poll_transmit(now, &mut buf) {
@@ -94,7 +93,7 @@ fn a_message_received_in_place_is_the_message_received_by_copy() {
 }
 
 #[test]
-fn a_placement_is_only_for_the_next_input_and_its_own_header() {
+fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped() {
     let (client, server): (SocketAddr, SocketAddr) =
         (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
     let mut c = Endpoint::new(Config::default()).unwrap();
@@ -110,33 +109,31 @@ fn a_placement_is_only_for_the_next_input_and_its_own_header() {
     assert!(packets.len() >= 4, "{} unscheduled packets", packets.len());
     let len = |p: &[u8]| p.len() - HEADER_LEN;
     let [first, second, third, ..] = &packets[..] else { unreachable!() };
+    let untouched = |_: &mut Vec<u8>| -> bool { panic!("fill called") };
 
-    assert_eq!(s.handle_placed(0, client, &second[..HEADER_LEN]), Err(ApiError::NotPlaced));
-    assert!(s.placement(client, second, len(second)).is_none(), "no message yet");
+    assert!(!s.place(0, client, second, len(second), untouched), "no message yet");
     s.handle_packet(0, client, first).unwrap();
-    assert!(s.placement(client, third, len(third)).is_none(), "not in order");
-    assert!(s.placement(client, &second[..10], len(second)).is_none(), "header cut short");
-    assert!(s.placement(client, second, LEN).is_none(), "past the message's end");
-    assert!(s.placement(SERVER.parse().unwrap(), second, len(second)).is_none(), "other peer");
+    assert!(!s.place(0, client, third, len(third), untouched), "not in order");
+    assert!(!s.place(0, client, &second[..10], len(second), untouched), "header cut short");
+    assert!(!s.place(0, client, second, LEN, untouched), "past the message's end");
+    assert!(!s.place(0, server, second, len(second), untouched), "other peer");
 
-    // Another header is refused, and the placement is gone after it.
-    assert!(s.placement(client, second, len(second)).is_some());
-    assert_eq!(s.handle_placed(0, client, &third[..HEADER_LEN]), Err(ApiError::NotPlaced));
-    assert_eq!(s.handle_placed(0, client, &second[..HEADER_LEN]), Err(ApiError::NotPlaced));
-    // Appending other than the payload drops the packet, as a duplicate.
-    let message = s.placement(client, second, len(second)).unwrap();
-    message.extend_from_slice(&second[HEADER_LEN + 1..]);
-    let duplicates = s.metrics().drops.duplicate;
-    s.handle_placed(0, client, &second[..HEADER_LEN]).unwrap();
-    assert_eq!(s.metrics().drops.duplicate, duplicates + 1);
-
-    // Another packet taken meanwhile voids the placement.
-    assert!(s.placement(client, second, len(second)).is_some());
-    s.handle_packet(0, client, third).unwrap();
-    assert_eq!(s.handle_placed(0, client, &second[..HEADER_LEN]), Err(ApiError::NotPlaced));
+    // Appending other than the payload drops the packet, and what was appended.
+    let before = s.metrics();
+    let one_short = |b: &mut Vec<u8>| {
+        b.extend_from_slice(&second[HEADER_LEN + 1..]);
+        true
+    };
+    assert!(s.place(0, client, second, len(second), one_short));
+    let junk = |b: &mut Vec<u8>| {
+        b.extend_from_slice(&[0xEE; 5000]);
+        false
+    };
+    assert!(s.place(0, client, second, len(second), junk));
+    assert_eq!(s.metrics(), before, "nothing was received");
 
     // Nothing was lost: the rest by copy completes the message.
-    for p in packets.iter().skip(1).filter(|p| p != &third) {
+    for p in packets.iter().skip(1) {
         s.handle_packet(0, client, p).unwrap();
     }
     let mut now = 0;
@@ -154,16 +151,4 @@ fn a_placement_is_only_for_the_next_input_and_its_own_header() {
         }
     };
     assert!(message == pattern(LEN, 7));
-
-    // A placement whose RPC ends before it is handled is void.
-    c.send_request(now, port, server, SERVER_PORT, pattern(LEN, 8), 0).unwrap();
-    let mut packets = vec![];
-    while let Some(t) = c.poll_transmit(now, &mut buf) {
-        packets.push(buf[..t.len].to_vec());
-    }
-    s.handle_packet(now, client, &packets[0]).unwrap();
-    let next = &packets[1];
-    assert!(s.placement(client, next, len(next)).is_some());
-    s.unbind(SERVER_PORT).unwrap(); // ends the server's RPCs
-    assert_eq!(s.handle_placed(now, client, &next[..HEADER_LEN]), Err(ApiError::NotPlaced));
 }

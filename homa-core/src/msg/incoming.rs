@@ -28,10 +28,9 @@ pub(crate) struct Gap {
 #[derive(Debug)]
 pub(crate) struct InMessage {
     pub(crate) length: u32,
-    /// The message bytes up to `recv_end` (gaps hold zeros, or what an abandoned placement
-    /// appended, until their packets arrive), possibly followed by bytes an abandoned
-    /// placement appended. Its capacity is reserved when the message is accepted, but
-    /// nothing is zeroed in advance: in-order packets are appended.
+    /// The message bytes up to `recv_end` (gaps hold zeros until their packets arrive).
+    /// Its capacity is reserved when the message is accepted, but nothing is zeroed in
+    /// advance: in-order packets are appended.
     pub(crate) buf: Vec<u8>,
     pub(crate) bytes_remaining: u32,
     /// End of the highest byte range received so far.
@@ -84,7 +83,6 @@ impl InMessage {
     ) -> Result<(), Rejected> {
         self.accept(offset, payload.len() as u32, max_gaps)?;
         let (start, end) = (offset as usize, offset as usize + payload.len());
-        // Bytes past `recv_end` may be left from a placement that was not completed.
         if start >= self.buf.len() {
             self.buf.resize(start, 0);
             self.buf.extend_from_slice(payload);
@@ -98,12 +96,11 @@ impl InMessage {
     }
 
     /// The buffer, ready for the caller to append `len` bytes at `offset`, if they extend
-    /// the received bytes in order (see `Endpoint::placement`).
+    /// the received bytes in order (see `Endpoint::place`).
     pub(crate) fn place(&mut self, offset: u32, len: u32) -> Option<&mut Vec<u8>> {
         if offset != self.recv_end || len == 0 || len > self.length - offset {
             return None;
         }
-        self.buf.truncate(offset as usize); // what an abandoned placement left
         self.buf.reserve_exact(len as usize);
         Some(&mut self.buf)
     }
