@@ -354,7 +354,7 @@ impl Socket {
             if leading {
                 // Until the call is waited on the driver thread receives, even if it was
                 // still off the transport after an earlier leader (`LEADER_GRACE`).
-                self.shared.watch_transport(inner, true);
+                self.shared.watch_for_claimer(inner);
             } else {
                 self.shared.need_driver(inner);
             }
@@ -453,7 +453,7 @@ impl Socket {
             dropped_by_allow_list: inner.counters.dropped_by_allow_list,
             wakeups: inner.counters.wakeups,
             pending_calls: inner.pending_calls() as u64,
-            queued_requests: inner.requests.len() as u64,
+            queued_requests: inner.queued_requests() as u64,
         })
     }
 
@@ -658,7 +658,7 @@ impl Request {
         let rpc = self.rpc;
         self.answered = true;
         self.shared.with(|inner, now| {
-            if inner.closed {
+            if inner.is_closed() {
                 return Err(Error::Shutdown);
             }
             let sent = inner.endpoint.send_response(now, rpc, message);

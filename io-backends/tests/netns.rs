@@ -225,11 +225,11 @@ fn one_rpc_on_the_wire(net: &Netns, kind: TransportKind, client_ip: &str, server
         }
         let packet = wire::Repr::parse(payload).unwrap_or_else(|e| panic!("{kind}: not Homa: {e}"));
         // First contact: data goes one level below control packets (no CUTOFFS seen yet
-        // when it was sent); control packets, and data resent on request (at the RESEND's
-        // level), at the top level.
+        // when it was sent), and so does data resent on request (at its original's
+        // level); control packets at the top level.
         let (expected, what) = match packet.body {
-            wire::Body::Data { repr, .. } if repr.retransmit == 0 => (6, "DATA"),
-            _ => (7, "control or resent"),
+            wire::Body::Data { .. } => (6, "DATA"),
+            _ => (7, "control"),
         };
         assert_eq!(tos, tos_for_priority(expected), "{kind}: {what} packet {packet:?}");
         if let wire::Body::Data { payload, .. } = packet.body {

@@ -283,6 +283,12 @@ pub struct TransportStats {
 /// How the driver moves Homa packets. All calls are non-blocking; the driver waits for
 /// [`readiness_fd`](Transport::readiness_fd) to become readable (epoll) before `recv`.
 ///
+/// A backend provides five methods: what it is, its address, a descriptor to wait on, and
+/// sending and receiving batches. The rest have defaults that suit an IP transport without
+/// extras, and are there to override: address handling of another encapsulation, ICMP
+/// errors (`poll_unreachable`, `read_errors`), counters, a blocking receiver for leading
+/// threads (`waiter`), and receive-in-place (`peek`, `recv_split`).
+///
 /// A *transport address* names a peer as the transport sees it: the UDP address for UDP,
 /// and the IP address with port 0 for raw IP (where the Homa port is only in the Homa
 /// header).
@@ -293,32 +299,46 @@ pub trait Transport: Send + fmt::Debug {
     /// The local transport address (UDP: the bound address and port; raw IP: port 0).
     fn local_addr(&self) -> SocketAddr;
 
-    /// Largest Homa packet (Homa header plus payload) one datagram can carry.
-    fn max_packet_len(&self) -> usize;
-
-    /// Bytes of headers below Homa in each packet (IP, plus UDP): `Config::outer_header_bytes`.
-    fn outer_header_bytes(&self) -> u32;
-
-    /// The transport address of the Homa peer at `dest` (`dest`'s port is its Homa port),
-    /// or `None` if this transport cannot reach `dest`'s address family.
-    fn peer(&self, dest: SocketAddr) -> Option<SocketAddr>;
-
     /// Readable when `recv` may return datagrams or errors; for epoll.
     fn readiness_fd(&self) -> BorrowedFd<'_>;
 
     /// Sends every datagram in `batch` and clears it: datagram `i` is its slot's bytes
     /// ([`Batch::get`]) followed by its tail ([`Batch::tail`], the message bytes of a DATA
-    /// packet, when there is one). Datagrams the kernel refuses are
-    /// counted (and their peers reported by `poll_unreachable` when unreachable); an `Err`
+    /// packet, when there is one). Datagrams the kernel refuses are counted (and their
+    /// peers reported by `poll_unreachable` when the refusal is final for them); an `Err`
     /// means the transport itself failed.
     fn send(&mut self, batch: &mut Batch) -> io::Result<()>;
 
     /// Appends datagrams that have arrived, until `batch` is full or none is waiting.
-    /// Slots must be at least [`RECV_SLOT_LEN`] bytes.
+    /// Slots should be at least [`RECV_SLOT_LEN`] bytes: a longer datagram is dropped.
     fn recv(&mut self, batch: &mut Batch) -> io::Result<()>;
 
-    /// A peer found unreachable since the last call (from ICMP errors or failed sends).
-    fn poll_unreachable(&mut self) -> Option<Unreachable>;
+    /// Bytes of headers below Homa in each packet (`Config::outer_header_bytes`): by
+    /// default IPv4 or IPv6 (by the local address), plus UDP's 8 unless the kind is raw IP.
+    fn outer_header_bytes(&self) -> u32 {
+        let ip = if self.local_addr().is_ipv6() { 40 } else { 20 };
+        if self.kind().is_ip() { ip } else { ip + 8 }
+    }
+
+    /// Largest Homa packet (Homa header plus payload) one datagram can carry: by default
+    /// what fits in the largest IP packet, 65,535 bytes with its headers.
+    fn max_packet_len(&self) -> usize {
+        65_535 - self.outer_header_bytes() as usize
+    }
+
+    /// The transport address of the Homa peer at `dest` (`dest`'s port is its Homa port),
+    /// or `None` if this transport cannot reach `dest`'s address family. By default: in
+    /// the local address's family (IPv4-mapped IPv6 as IPv4), without a flow label, with
+    /// a scope only for link-local IPv6, and with port 0 for raw IP.
+    fn peer(&self, dest: SocketAddr) -> Option<SocketAddr> {
+        canonical(dest, self.local_addr().is_ipv6(), self.kind().is_ip())
+    }
+
+    /// A peer found unreachable since the last call (from ICMP errors or failed sends);
+    /// by default none.
+    fn poll_unreachable(&mut self) -> Option<Unreachable> {
+        None
+    }
 
     /// Reads the ICMP errors queued for the socket (IP_RECVERR) when it polls as in error
     /// without a send or receive having failed (the peers they name come out of
@@ -326,8 +346,10 @@ pub trait Transport: Send + fmt::Debug {
     /// and every poll of it returns at once. Transports without such a socket do nothing.
     fn read_errors(&mut self) {}
 
-    /// Counters so far.
-    fn stats(&self) -> TransportStats;
+    /// Counters so far (by default, none kept).
+    fn stats(&self) -> TransportStats {
+        TransportStats::default()
+    }
 
     /// Optionally, a way for a thread to wait for datagrams in the receive system call
     /// itself, without the transport (the driver holds the transport under a lock that a
@@ -356,7 +378,7 @@ pub trait Transport: Send + fmt::Debug {
         false
     }
 
-    /// Receive-in-place (`homa_core::Endpoint::placement`): the next datagram's transport
+    /// Receive-in-place (`homa_core::Endpoint::place`): the next datagram's transport
     /// address and whole length, with its first `head.len()` bytes in `head`, without
     /// taking it. `None` if nothing waits, or it is not one Homa packet (then `recv` takes
     /// it), or the transport does not receive in place.

@@ -221,20 +221,6 @@ impl Transport for SocketTransport {
         self.local
     }
 
-    fn max_packet_len(&self) -> usize {
-        // The largest IP packet is 65,535 bytes, headers included.
-        65_535 - self.outer_header_bytes() as usize
-    }
-
-    fn outer_header_bytes(&self) -> u32 {
-        let ip = if self.v6 { 40 } else { 20 };
-        if self.raw() { ip } else { ip + 8 }
-    }
-
-    fn peer(&self, dest: SocketAddr) -> Option<SocketAddr> {
-        super::canonical(dest, self.v6, self.raw())
-    }
-
     fn readiness_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
     }

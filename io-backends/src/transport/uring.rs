@@ -299,18 +299,6 @@ impl Transport for UringTransport {
         self.socket.local_addr()
     }
 
-    fn max_packet_len(&self) -> usize {
-        self.socket.max_packet_len()
-    }
-
-    fn outer_header_bytes(&self) -> u32 {
-        self.socket.outer_header_bytes()
-    }
-
-    fn peer(&self, dest: SocketAddr) -> Option<SocketAddr> {
-        self.socket.peer(dest)
-    }
-
     fn readiness_fd(&self) -> BorrowedFd<'_> {
         self.ready_fd.as_fd()
     }

@@ -1,0 +1,220 @@
+//! Receiving: batches of datagrams into the endpoint, or large DATA packets received
+//! straight into their message.
+
+use std::mem;
+use std::net::SocketAddr;
+
+use homa_core::Instant;
+use homa_core::wire::data;
+
+use super::{BATCH, Inner};
+use crate::transport::{Batch, RECV_SLOT_LEN, TransportStats};
+
+/// Receive batches handled per wake-up before timers run anyway and the lock is released.
+pub(super) const RX_ROUNDS: usize = 64;
+/// Datagrams from this long are received in place when they can be (`Intake::placing`):
+/// the payload copy saved then outweighs the extra system call that looks at the header.
+const PLACE_MIN: usize = 16 * 1024;
+
+/// Receive buffers and how datagrams are taken.
+#[derive(Debug)]
+pub(super) struct Intake {
+    rx: Batch,
+    /// One slot, for receiving one datagram (`Inner::receive_one`).
+    rx1: Batch,
+    /// Datagrams the next event-loop turn ([`Shared::drive`](super::Shared::drive)) asks
+    /// for: 1, or a batch after a turn that found as many as it asked for.
+    pub(super) loop_vlen: usize,
+    /// Bulk data is arriving: receive in place (`homa_core::Endpoint::place`), one
+    /// datagram at a time, while the datagrams are large DATA packets. Only for transports
+    /// that can.
+    pub(super) placing: bool,
+}
+
+impl Intake {
+    pub(super) fn new() -> Intake {
+        Intake {
+            rx: Batch::new(BATCH, RECV_SLOT_LEN),
+            rx1: Batch::new(1, RECV_SLOT_LEN),
+            loop_vlen: 1,
+            placing: false,
+        }
+    }
+}
+
+impl Inner {
+    fn allowed(&self, from: SocketAddr) -> bool {
+        self.allow.is_empty() || self.allow.iter().any(|c| c.contains(from.ip()))
+    }
+
+    /// Receives what is waiting (a bounded number of batches; while bulk data arrives, a
+    /// batch's worth, one datagram at a time) and feeds it to the endpoint; returns the
+    /// number of datagrams.
+    pub(super) fn receive(&mut self, now: Instant) -> usize {
+        if self.intake.placing {
+            return self.receive_bulk(now);
+        }
+        let mut rx = mem::replace(&mut self.intake.rx, Batch::new(0, 0));
+        let mut got = 0;
+        for round in 0..RX_ROUNDS {
+            if round > 0 {
+                self.drain(now); // answer the last batch before taking more
+            }
+            rx.clear();
+            let Some(transport) = self.transport.as_mut() else { break };
+            if let Err(e) = transport.recv(&mut rx) {
+                self.receive_failed(&e);
+                break;
+            }
+            got += rx.len();
+            self.feed(now, &rx);
+            if !rx.is_full() {
+                break;
+            }
+        }
+        self.intake.rx = rx;
+        got
+    }
+
+    /// A receive failed (the round ends; what was lost, Homa's resends recover).
+    pub(super) fn receive_failed(&mut self, e: &std::io::Error) {
+        self.counters.receive_errors += 1;
+        tracing::error!("receive failed: {e}");
+    }
+
+    /// `receive` while bulk data arrives: up to a batch's worth of datagrams, each
+    /// received in place if it can be, else alone by copy, and each answered at once (the
+    /// sender may be waiting for its GRANTs). Then the caller's turn: it may be waiting for
+    /// what came.
+    fn receive_bulk(&mut self, now: Instant) -> usize {
+        let mut got = 0;
+        while got < BATCH && self.intake.placing {
+            // (A datagram taken by copy may end the bulk mode.)
+            if !self.receive_in_place(now) && self.receive_one(now) == 0 {
+                break;
+            }
+            got += 1;
+            self.drain(now);
+            self.flush();
+        }
+        got
+    }
+
+    /// Receives one datagram (one `recvfrom`, no batch set up) and feeds it to the endpoint;
+    /// returns how many it took, 0 or 1.
+    pub(super) fn receive_one(&mut self, now: Instant) -> usize {
+        let mut rx = mem::replace(&mut self.intake.rx1, Batch::new(0, 0));
+        rx.clear();
+        if let Some(Err(e)) = self.transport.as_mut().map(|t| t.recv(&mut rx)) {
+            self.receive_failed(&e);
+        }
+        self.feed(now, &rx);
+        let got = rx.len();
+        self.intake.rx1 = rx;
+        got
+    }
+
+    /// Receives the next datagram straight into its message, if it is a large DATA packet
+    /// that extends its message in order (see `Endpoint::place`); returns whether it
+    /// took it. If not, it is left for `recv`.
+    fn receive_in_place(&mut self, now: Instant) -> bool {
+        let mut head = [0; data::HEADER_LEN];
+        let Some((from, len)) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
+            return false;
+        };
+        if len < PLACE_MIN || !self.allowed(from) {
+            return false;
+        }
+        let payload_len = len - data::HEADER_LEN;
+        let Some(transport) = self.transport.as_mut() else { return false };
+        let mut failed = None;
+        let placed = self.endpoint.place(now, from, &head, payload_len, |message| {
+            let mut got = [0; data::HEADER_LEN];
+            match transport.recv_split(&mut got, message, payload_len) {
+                Ok(Some(f)) if f == from && got == head => true,
+                // Another datagram than the one peeked at: never seen (receives are
+                // serialized). What it appended is past the message's bytes, and goes.
+                Ok(_) => {
+                    tracing::debug!("a datagram other than the one peeked at: dropped");
+                    false
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        });
+        if let Some(e) = failed {
+            self.receive_failed(&e);
+            return false;
+        }
+        placed
+    }
+
+    /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits). The caller
+    /// drains next (before receiving more, or settling), so the endpoint answers the whole
+    /// batch together: one GRANT per message, not one per DATA packet; the DATA that GRANTs
+    /// allow, in runs. Large datagrams start receiving in place, if the transport can.
+    pub(super) fn feed(&mut self, now: Instant, rx: &Batch) {
+        if !rx.is_empty() {
+            // (Not for what GRO coalesced: several small packets.)
+            self.intake.placing =
+                (0..rx.len()).map(|i| rx.get(i).0).any(|d| d.segment == 0 && d.len >= PLACE_MIN)
+                    && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
+        }
+        for i in 0..rx.len() {
+            let (d, bytes) = rx.get(i);
+            if !self.allowed(d.addr) {
+                self.counters.dropped_by_allow_list += 1;
+                continue;
+            }
+            for packet in d.packets(bytes) {
+                // Malformed packets are counted by the endpoint; nothing else to do.
+                let _ = self.endpoint.handle_packet(now, d.addr, packet);
+            }
+        }
+    }
+
+    /// The transport's counters, with what the waiter received.
+    pub(crate) fn transport_stats(&self) -> TransportStats {
+        let Some(transport) = &self.transport else { return self.closed_stats };
+        let (t, w) = (transport.stats(), self.waiter_stats);
+        TransportStats {
+            rx_datagrams: t.rx_datagrams + w.rx_datagrams,
+            rx_calls: t.rx_calls + w.rx_calls,
+            rx_dropped: t.rx_dropped + w.rx_dropped,
+            unreachable: t.unreachable + w.unreachable,
+            ..t
+        }
+    }
+
+    /// Reads the errors queued on the transport's socket (see `Transport::read_errors`);
+    /// the next settle hands the endpoint the unreachable peers among them.
+    pub(super) fn read_errors(&mut self) {
+        if let Some(t) = self.transport.as_mut() {
+            t.read_errors();
+        }
+    }
+
+    /// Whether datagrams wait to be received (`Transport::input_waiting`).
+    pub(super) fn input_waiting(&mut self) -> bool {
+        self.transport.as_mut().is_some_and(|t| t.input_waiting())
+    }
+
+    /// Tells the transport whether its waiter is in use (`Transport::waiter_in_use`).
+    pub(super) fn waiter_in_use(&mut self, in_use: bool) {
+        if let Some(t) = self.transport.as_mut() {
+            t.waiter_in_use(in_use);
+        }
+    }
+
+    /// Hands the endpoint the peers the transport found unreachable; whether there were.
+    pub(super) fn feed_unreachable(&mut self) -> bool {
+        let mut fed = false;
+        while let Some(u) = self.transport.as_mut().and_then(|t| t.poll_unreachable()) {
+            self.endpoint.handle_unreachable(u.peer, u.port);
+            fed = true;
+        }
+        fed
+    }
+}

@@ -1,0 +1,345 @@
+//! Who receives from the transport: the driver thread, a leading thread, an event loop, or
+//! (for a grace period after a leader left) nobody. One value says it; every change of it
+//! goes through [`Receiver`]'s transitions, which return whether the driver thread must
+//! start or stop watching the transport, so the epoll set follows the state.
+
+use std::thread::ThreadId;
+
+use homa_core::Instant;
+
+/// A thread that leads: it receives from the transport itself while it waits, so the
+/// packet it waits for wakes it directly (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Lead {
+    /// It receives now (it waits, or is about to send what it will wait for); before, it
+    /// has only claimed leadership.
+    pub(crate) started: bool,
+    /// It sleeps in the transport's own receive call ([`Waiter`](crate::transport::Waiter)),
+    /// not in `poll`: wake it through the waiter, not the kick eventfd.
+    pub(crate) blocking: bool,
+    /// When its wait ends, while it sleeps in the waiter (the driver thread wakes it then).
+    pub(crate) until: Option<Instant>,
+    /// It holds the lock for a turn: what it completes itself needs no kick.
+    pub(crate) in_turn: bool,
+    /// The grace period that was running when it claimed leadership (see
+    /// [`Receiver::Grace`]), resumed when it steps down if enough of it is left.
+    pub(crate) grace: Option<Instant>,
+}
+
+/// Who receives from the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Receiver {
+    /// The driver thread watches the transport and receives. `claimed`: a thread will lead
+    /// once it waits (it started a call to block on); until then the driver thread
+    /// receives for it, so that threads waiting for requests meanwhile are served.
+    Driver { claimed: bool },
+    /// A thread leads; the driver thread runs timers only.
+    Leading(Lead),
+    /// Nobody receives: a leader left with nobody waiting, and the driver thread stays off
+    /// the transport until `until`, expecting it (or another) back: a thread calling in a
+    /// loop then costs no epoll_ctl per call.
+    Grace { until: Instant },
+    /// An event loop drives the socket through a [`Poller`](crate::Poller) from `thread`:
+    /// it watches the transport and receives; the driver thread only runs timers, and only
+    /// the loop's thread may lead.
+    Loop { thread: ThreadId, lead: Option<Lead> },
+    /// Shut down: the transport is gone.
+    Closed,
+}
+
+/// What a transition asks of the driver thread's epoll set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// Nothing changes.
+    Keep,
+    /// The driver thread starts watching the transport.
+    Start,
+    /// The driver thread stops watching it.
+    Stop,
+}
+
+impl Receiver {
+    /// Whether the driver thread watches the transport.
+    pub(crate) fn driver_watches(self) -> bool {
+        matches!(self, Receiver::Driver { .. })
+    }
+
+    /// The leader, if a thread has claimed leadership.
+    pub(crate) fn lead(self) -> Option<Lead> {
+        match self {
+            Receiver::Leading(lead) | Receiver::Loop { lead: Some(lead), .. } => Some(lead),
+            Receiver::Driver { claimed: true } => Some(Lead::default()),
+            _ => None,
+        }
+    }
+
+    /// The leader's state, for changing it.
+    pub(crate) fn lead_mut(&mut self) -> Option<&mut Lead> {
+        match self {
+            Receiver::Leading(lead) | Receiver::Loop { lead: Some(lead), .. } => Some(lead),
+            _ => None,
+        }
+    }
+
+    /// The leader sleeps in the waiter's receive call.
+    pub(crate) fn leader_blocking(self) -> bool {
+        self.lead().is_some_and(|l| l.blocking)
+    }
+
+    /// When the driver thread resumes watching, in a grace period.
+    pub(crate) fn grace(self) -> Option<Instant> {
+        match self {
+            Receiver::Grace { until } => Some(until),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_closed(self) -> bool {
+        self == Receiver::Closed
+    }
+
+    fn change(&mut self, new: Receiver) -> Watch {
+        let (before, after) = (self.driver_watches(), new.driver_watches());
+        *self = new;
+        match (before, after) {
+            (false, true) => Watch::Start,
+            (true, false) => Watch::Stop,
+            _ => Watch::Keep,
+        }
+    }
+
+    /// Thread `me` claims leadership; `false` if another thread has it (or, with an event
+    /// loop attached, `me` is not the loop's thread), or the socket is closed. Nothing
+    /// changes for the epoll set: while the driver thread watches it goes on (until the
+    /// claimer starts leading); in a grace period the claimer leads at once (the thread
+    /// calling in a loop, back).
+    pub(crate) fn claim(&mut self, me: ThreadId) -> bool {
+        let claimed = match *self {
+            Receiver::Driver { claimed: false } => Receiver::Driver { claimed: true },
+            Receiver::Grace { until } => {
+                Receiver::Leading(Lead { grace: Some(until), ..Lead::default() })
+            }
+            Receiver::Loop { thread, lead: None } if thread == me => {
+                Receiver::Loop { thread, lead: Some(Lead::default()) }
+            }
+            _ => return false,
+        };
+        *self = claimed;
+        true
+    }
+
+    /// The claimer starts receiving itself (it waits now, or is about to send what it will
+    /// wait for): the driver thread stops watching.
+    pub(crate) fn start_leading(&mut self) -> Watch {
+        let started = Lead { started: true, ..Lead::default() };
+        match self {
+            Receiver::Driver { claimed: true } => self.change(Receiver::Leading(started)),
+            Receiver::Leading(lead) | Receiver::Loop { lead: Some(lead), .. } => {
+                lead.started = true;
+                Watch::Keep
+            }
+            _ => Watch::Keep,
+        }
+    }
+
+    /// The claimer will wait later (a call it will block on has been started, not yet
+    /// waited for): until then the driver thread receives, or threads waiting for requests
+    /// meanwhile would wait for a leader that does not receive.
+    pub(crate) fn watch_for_claimer(&mut self) -> Watch {
+        match *self {
+            Receiver::Leading(Lead { started: false, .. }) => {
+                self.change(Receiver::Driver { claimed: true })
+            }
+            _ => Watch::Keep,
+        }
+    }
+
+    /// The leader's term ends. With others waiting (calls pending, threads waiting for
+    /// requests) the driver thread takes over now; else, if it was off the transport,
+    /// after a grace period ending at `grace` (kept if one is already running with at
+    /// least half of it left: calls in a loop then keep one deadline for a while).
+    pub(crate) fn step_down(&mut self, others_wait: bool, grace: Instant, half: Instant) -> Watch {
+        match *self {
+            Receiver::Loop { thread, .. } => {
+                *self = Receiver::Loop { thread, lead: None };
+                Watch::Keep
+            }
+            Receiver::Driver { .. } => self.change(Receiver::Driver { claimed: false }),
+            Receiver::Leading(_) | Receiver::Grace { .. } if others_wait => {
+                self.change(Receiver::Driver { claimed: false })
+            }
+            Receiver::Leading(Lead { grace: Some(until), .. }) | Receiver::Grace { until }
+                if until >= half =>
+            {
+                self.change(Receiver::Grace { until })
+            }
+            Receiver::Leading(_) | Receiver::Grace { .. } => {
+                self.change(Receiver::Grace { until: grace })
+            }
+            Receiver::Closed => Watch::Keep,
+        }
+    }
+
+    /// Something needs the transport watched (a future waits, the grace period is over):
+    /// the driver thread watches unless a thread leads or an event loop drives.
+    pub(crate) fn need_driver(&mut self) -> Watch {
+        match *self {
+            Receiver::Grace { .. } => self.change(Receiver::Driver { claimed: false }),
+            _ => Watch::Keep,
+        }
+    }
+
+    /// An event loop on `thread` attaches; `false` if one already is.
+    pub(crate) fn attach(&mut self, thread: ThreadId) -> Option<Watch> {
+        match *self {
+            Receiver::Loop { .. } | Receiver::Closed => None,
+            // A leader keeps leading; it is the loop's thread's to claim afterwards.
+            Receiver::Leading(lead) => {
+                *self = Receiver::Loop { thread, lead: Some(lead) };
+                Some(Watch::Keep)
+            }
+            Receiver::Driver { claimed: true } => {
+                Some(self.change(Receiver::Loop { thread, lead: Some(Lead::default()) }))
+            }
+            _ => Some(self.change(Receiver::Loop { thread, lead: None })),
+        }
+    }
+
+    /// The event loop detaches: its leader (if any) leads on; otherwise the driver thread
+    /// watches again.
+    pub(crate) fn detach(&mut self) -> Watch {
+        match *self {
+            Receiver::Loop { lead: Some(lead), .. } => self.change(Receiver::Leading(lead)),
+            Receiver::Loop { lead: None, .. } => self.change(Receiver::Driver { claimed: false }),
+            _ => Watch::Keep,
+        }
+    }
+
+    /// The event loop's thread turns (it is the last one that drove).
+    pub(crate) fn loop_turn(&mut self, me: ThreadId) {
+        if let Receiver::Loop { thread, .. } = self {
+            *thread = me;
+        }
+    }
+
+    /// Shut down. The driver thread's epoll set is left as it is (the descriptor is gone).
+    pub(crate) fn close(&mut self) {
+        *self = Receiver::Closed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Instant = 4_000_000;
+
+    fn me() -> ThreadId {
+        std::thread::current().id()
+    }
+
+    fn other() -> ThreadId {
+        std::thread::spawn(|| std::thread::current().id()).join().unwrap()
+    }
+
+    #[test]
+    fn a_leader_takes_the_transport_and_gives_it_back() {
+        let mut r = Receiver::Driver { claimed: false };
+        assert!(r.driver_watches());
+        assert!(r.claim(me()), "claimed: the driver still watches");
+        assert_eq!(r, Receiver::Driver { claimed: true });
+        assert!(!r.claim(other()), "one leader at a time");
+        assert_eq!(r.start_leading(), Watch::Stop);
+        assert!(matches!(r, Receiver::Leading(_)) && r.lead().is_some());
+        // Nobody else waits: a grace period, the driver thread stays off.
+        assert_eq!(r.step_down(false, GRACE, GRACE / 2), Watch::Keep);
+        assert_eq!(r.grace(), Some(GRACE));
+        // A leader back within it leads at once, without an epoll change...
+        assert!(r.claim(me()));
+        assert_eq!(r.start_leading(), Watch::Keep);
+        assert_eq!(r.grace(), None, "no grace deadline while a thread leads");
+        // ... and leaving, resumes the grace period while half of it is left.
+        assert_eq!(r.step_down(false, 2 * GRACE, GRACE - 1), Watch::Keep);
+        assert_eq!(r.grace(), Some(GRACE));
+        assert!(r.claim(me()));
+        assert_eq!(r.step_down(false, 2 * GRACE, GRACE + 1), Watch::Keep);
+        assert_eq!(r.grace(), Some(2 * GRACE), "less than half left: a new one");
+        // Others wait: the driver thread takes over at once.
+        assert!(r.claim(me()));
+        assert_eq!(r.step_down(true, GRACE, GRACE / 2), Watch::Start);
+        assert_eq!(r, Receiver::Driver { claimed: false });
+    }
+
+    #[test]
+    fn a_grace_period_is_kept_while_half_of_it_is_left_and_ends_when_needed() {
+        let mut r = Receiver::Grace { until: 10 };
+        assert_eq!(r.step_down(false, 20, 5), Watch::Keep);
+        assert_eq!(r.grace(), Some(10), "more than half left: kept");
+        assert_eq!(r.step_down(false, 20, 15), Watch::Keep);
+        assert_eq!(r.grace(), Some(20), "less than half left: moved");
+        assert_eq!(r.need_driver(), Watch::Start);
+        assert!(r.driver_watches());
+        assert_eq!(r.need_driver(), Watch::Keep);
+    }
+
+    #[test]
+    fn a_claimer_that_resigns_before_leading_changes_nothing() {
+        let mut r = Receiver::Driver { claimed: false };
+        assert!(r.claim(me()));
+        assert_eq!(r.step_down(false, GRACE, GRACE / 2), Watch::Keep);
+        assert_eq!(r, Receiver::Driver { claimed: false });
+    }
+
+    #[test]
+    fn a_claimer_that_waits_later_has_the_driver_receive_meanwhile() {
+        let mut r = Receiver::Grace { until: GRACE };
+        assert!(r.claim(me()));
+        assert_eq!(r.watch_for_claimer(), Watch::Start);
+        assert_eq!(r, Receiver::Driver { claimed: true });
+        assert_eq!(r.start_leading(), Watch::Stop, "it waits now");
+        assert_eq!(r.watch_for_claimer(), Watch::Keep, "no longer before its wait");
+    }
+
+    #[test]
+    fn with_an_event_loop_only_its_thread_leads() {
+        let mut r = Receiver::Driver { claimed: false };
+        let loop_thread = me();
+        assert_eq!(r.attach(loop_thread), Some(Watch::Stop));
+        assert_eq!(r.attach(loop_thread), None, "one event loop at a time");
+        assert!(!r.driver_watches());
+        assert!(!r.claim(other()));
+        assert!(r.claim(loop_thread));
+        assert_eq!(r.start_leading(), Watch::Keep, "the loop watches, not the driver");
+        assert_eq!(r.step_down(true, GRACE, GRACE / 2), Watch::Keep);
+        assert_eq!(r.need_driver(), Watch::Keep);
+        assert_eq!(r.detach(), Watch::Start);
+        assert!(r.driver_watches());
+    }
+
+    #[test]
+    fn a_leader_outlives_an_event_loop_attached_and_detached_meanwhile() {
+        let mut r = Receiver::Leading(Lead { blocking: true, ..Lead::default() });
+        assert_eq!(r.attach(me()), Some(Watch::Keep));
+        assert!(r.leader_blocking());
+        assert_eq!(r.detach(), Watch::Keep);
+        assert!(matches!(r, Receiver::Leading(_)));
+    }
+
+    #[test]
+    fn closed_is_final() {
+        for mut r in [
+            Receiver::Driver { claimed: true },
+            Receiver::Leading(Lead::default()),
+            Receiver::Grace { until: 1 },
+            Receiver::Loop { thread: me(), lead: None },
+        ] {
+            r.close();
+            assert!(r.is_closed());
+            assert!(!r.claim(me()));
+            assert_eq!(r.attach(me()), None);
+            assert_eq!(r.need_driver(), Watch::Keep);
+            assert_eq!(r.step_down(true, GRACE, GRACE / 2), Watch::Keep);
+            assert!(r.is_closed());
+        }
+    }
+}

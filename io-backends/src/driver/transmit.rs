@@ -1,0 +1,110 @@
+//! The driving rule of `homa_core`, whoever drives: after any input, drain the endpoint's
+//! packets (into the send batch) and events, run what is due, arm the alarm, send.
+
+use homa_core::Instant;
+
+use super::timer::earlier;
+use super::{BATCH, Inner, receive::RX_ROUNDS};
+use crate::transport::Datagram;
+
+/// Timer passes in one go before leaving the rest to the (already due) timerfd.
+const TIMER_ROUNDS: usize = 8;
+
+impl Inner {
+    /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
+    /// when full) and every event.
+    pub(super) fn drain(&mut self, now: Instant) {
+        while let Some((t, tail)) = self.endpoint.poll_transmit_gather(now, self.tx.next_slot()) {
+            let d = Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 };
+            self.tx.push_gather(d, tail);
+            if self.tx.is_full() {
+                self.flush();
+            }
+        }
+        while let Some(event) = self.endpoint.poll_event() {
+            self.dispatch(event);
+        }
+    }
+
+    /// Sends the send batch.
+    pub(super) fn flush(&mut self) {
+        if self.tx.is_empty() {
+            return;
+        }
+        let Some(transport) = self.transport.as_mut() else {
+            self.tx.clear(); // closed
+            return;
+        };
+        if let Err(e) = transport.send(&mut self.tx) {
+            tracing::error!("send failed: {e}");
+            self.counters.send_errors += 1;
+            self.tx.clear();
+        }
+    }
+
+    /// Records the time at which the lock was taken (never going backwards).
+    pub(crate) fn clock(&mut self, now: Instant) -> Instant {
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    /// The earliest of the endpoint's deadline, the calls' deadlines, a grace period's end
+    /// and the end of a blocked leader's wait.
+    pub(super) fn next_deadline(&mut self) -> Option<Instant> {
+        let leader_until = self.receiver.lead().and_then(|l| l.until);
+        let own = earlier(self.receiver.grace(), leader_until);
+        earlier(earlier(self.endpoint.poll_timeout(), self.calls.next_deadline()), own)
+    }
+
+    /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,
+    /// handles expired call deadlines and due endpoint timers; arms the timerfd with the
+    /// next deadline; and sends. Call before releasing the lock after any input. API
+    /// threads pass `timers = false`: the driver thread runs timers, after draining
+    /// arrivals (and so does a leader after receiving).
+    ///
+    /// The send comes last: on a machine where both ends share a core, whatever a thread
+    /// does between sending and sleeping delays the peer it just woke.
+    pub(crate) fn settle(&mut self, timers: bool) {
+        let now = self.now;
+        let mut rounds = 0;
+        let mut drained = false;
+        loop {
+            self.drain(now);
+            if self.feed_unreachable() {
+                continue;
+            }
+            let next = self.next_deadline();
+            if timers && next.is_some_and(|d| d <= now) && rounds < TIMER_ROUNDS {
+                // Timers judge silence: first take whatever waits in the socket queue (a
+                // leader or an event loop has read only what woke it), else data that has
+                // arrived looks missing and draws RESENDs (and duplicate retransmissions).
+                // Not while a leader sleeps in the waiter: its wake-up must reach it.
+                if !drained && !self.receiver.leader_blocking() {
+                    drained = true;
+                    // (Bulk data comes a batch's worth per `receive`: take it all.)
+                    let mut got = self.receive(now);
+                    while self.intake.placing
+                        && got > 0
+                        && got.is_multiple_of(BATCH)
+                        && got < RX_ROUNDS * BATCH
+                    {
+                        got += self.receive(now);
+                    }
+                    if got > 0 {
+                        continue;
+                    }
+                }
+                rounds += 1;
+                self.expire_calls(now);
+                self.endpoint.handle_timeout(now);
+                continue;
+            }
+            self.alarm.arm(next, self.now);
+            self.flush();
+            if self.feed_unreachable() {
+                continue; // refused sends: the endpoint has more to say
+            }
+            return;
+        }
+    }
+}
