@@ -9,13 +9,13 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use homa_core::metrics::PerType;
-use homa_core::{ApiError, Config, Endpoint, Event, FailReason, Metrics, ServerRpc};
+use homa_core::config::Field;
+use homa_core::{ApiError, Config, Endpoint, Event, Metrics, ServerRpc};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
 use crate::fields;
-use crate::vectors::{LoadError, PACKET_TYPES, SCHEMA_VERSION};
+use crate::vectors::{LoadError, SCHEMA_VERSION};
 
 /// The scenario vectors, `vectors/scenarios.json`.
 pub const SCENARIOS_JSON: &str = include_str!("../vectors/scenarios.json");
@@ -319,42 +319,15 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// The `Config` a case asks for: the defaults with its `config` overrides applied.
+/// The `Config` a case asks for: the defaults with its `config` overrides applied (by the
+/// core's field table, `homa_core::config::FIELDS`).
 pub fn config(overrides: &Map<String, Value>) -> Result<Config, String> {
     let mut c = Config::default();
-    macro_rules! set {
-        ($key:expr, $value:expr; $($field:ident)*) => {
-            match $key {
-                $(stringify!($field) => c.$field = int($value, $key)?,)*
-                "unsched_cutoffs" => c.unsched_cutoffs = cutoffs($value)?,
-                other => return Err(format!("config: no Config field `{other}`")),
-            }
-        };
-    }
     for (key, value) in overrides {
-        set!(key.as_str(), value;
-            unsched_bytes mtu outer_header_bytes link_mbps max_nic_est_backlog_usecs
-            pacer_fifo_fraction defer_min_bytes wmem_max window max_incoming max_overcommit
-            fifo_grant_increment grant_fifo_fraction num_priorities cutoff_version tick_usecs
-            resend_ticks resend_interval timeout_ticks request_ack_ticks max_peers
-            max_rpcs_per_peer max_rx_bytes max_gaps max_pending_control seed);
+        let field = Field::named(key).ok_or_else(|| format!("config: no Config field `{key}`"))?;
+        (field.set)(&mut c, &value.into()).map_err(|e| format!("config: {e}"))?;
     }
     Ok(c)
-}
-
-fn int<T: TryFrom<u64>>(v: &Value, key: &str) -> Result<T, String> {
-    v.as_u64()
-        .and_then(|n| T::try_from(n).ok())
-        .ok_or_else(|| format!("config: `{key}` = {v} is out of range"))
-}
-
-fn cutoffs(v: &Value) -> Result<[u32; 8], String> {
-    let list = v.as_array().filter(|a| a.len() == 8).ok_or("config: `unsched_cutoffs` needs 8")?;
-    let mut out = [0; 8];
-    for (slot, x) in out.iter_mut().zip(list) {
-        *slot = int(x, "unsched_cutoffs")?;
-    }
-    Ok(out)
 }
 
 /// Replays `case` against a fresh endpoint; `Err` names the first step that did not go as
@@ -535,20 +508,9 @@ fn outcome<T: PartialEq + fmt::Debug>(
     }
 }
 
-/// The file's name for an API error: the `ApiError` variant in snake case.
+/// The file's name for an API error ([`ApiError::name`]).
 pub fn api_error_name(e: &ApiError) -> &'static str {
-    match e {
-        ApiError::MessageLength { .. } => "message_length",
-        ApiError::InvalidPort(_) => "invalid_port",
-        ApiError::PortInUse(_) => "port_in_use",
-        ApiError::PortNotBound(_) => "port_not_bound",
-        ApiError::NoEphemeralPort => "no_ephemeral_port",
-        ApiError::UnknownRpc(_) => "unknown_rpc",
-        ApiError::NotAwaitingResponse(_) => "not_awaiting_response",
-        ApiError::TooManyPeers => "too_many_peers",
-        ApiError::TxBufferFull => "tx_buffer_full",
-        _ => "unknown_api_error",
-    }
+    e.name()
 }
 
 fn packet_bytes(fields: Option<&Map<String, Value>>, hex: Option<&str>) -> Result<Vec<u8>, String> {
@@ -572,17 +534,7 @@ pub fn event_json(event: &Event) -> Value {
             "type": "response_received", "id": id, "cookie": cookie,
             "message": hex::encode(message)}),
         Event::RpcFailed { id, cookie, reason } => json!({
-            "type": "rpc_failed", "id": id, "cookie": cookie, "reason": reason_name(*reason)}),
-    }
-}
-
-/// The file's name for a failure reason.
-pub fn reason_name(reason: FailReason) -> &'static str {
-    match reason {
-        FailReason::Timeout => "timeout",
-        FailReason::Unreachable => "unreachable",
-        FailReason::PortClosed => "port_closed",
-        _ => "unknown_reason",
+            "type": "rpc_failed", "id": id, "cookie": cookie, "reason": reason.name()}),
     }
 }
 
@@ -708,52 +660,9 @@ fn summary(to: SocketAddr, priority: u8, f: &Map<String, Value>) -> String {
     )
 }
 
-/// All counters of a `Metrics` snapshot as the file names them: the field names, `drops` as
-/// an object, and per-type counts as objects keyed by packet type name.
+/// All counters of a `Metrics` snapshot as the file names them ([`Metrics::to_value`]).
 pub fn metrics_json(m: &Metrics) -> Value {
-    let per_type = |counts: &PerType| -> Value {
-        let map: Map<String, Value> = PACKET_TYPES
-            .iter()
-            .zip(counts)
-            .map(|((name, _, _), n)| (name.to_string(), json!(n)))
-            .collect();
-        Value::Object(map)
-    };
-    let d = &m.drops;
-    json!({
-        "packets_in": m.packets_in,
-        "accepted": m.accepted,
-        "drops": {
-            "malformed": d.malformed, "no_port": d.no_port, "unknown_rpc": d.unknown_rpc,
-            "duplicate": d.duplicate, "inconsistent": d.inconsistent,
-            "not_receiving": d.not_receiving, "rx_memory": d.rx_memory,
-            "rpc_limit": d.rpc_limit, "peer_limit": d.peer_limit, "gap_limit": d.gap_limit,
-            "freeze": d.freeze, "total": d.total(),
-        },
-        "packets_in_by_type": per_type(&m.packets_in_by_type),
-        "bytes_in_by_type": per_type(&m.bytes_in_by_type),
-        "packets_out_by_type": per_type(&m.packets_out_by_type),
-        "bytes_out_by_type": per_type(&m.bytes_out_by_type),
-        "message_bytes_in": m.message_bytes_in,
-        "message_bytes_out": m.message_bytes_out,
-        "retransmitted_packets": m.retransmitted_packets,
-        "client_timeouts": m.client_timeouts,
-        "server_timeouts": m.server_timeouts,
-        "restarts": m.restarts,
-        "granted_bytes": m.granted_bytes,
-        "fifo_grants": m.fifo_grants,
-        "control_overflow": m.control_overflow,
-        "requests_received": m.requests_received,
-        "responses_received": m.responses_received,
-        "peak_incoming": m.peak_incoming,
-        "rpcs": m.rpcs,
-        "active_grants": m.active_grants,
-        "grantable": m.grantable,
-        "incoming": m.incoming,
-        "peers": m.peers,
-        "rx_bytes": m.rx_bytes,
-        "tx_bytes": m.tx_bytes,
-    })
+    m.to_value().into()
 }
 
 #[cfg(test)]

@@ -417,7 +417,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
             std::thread::sleep((next - now).min(Duration::from_millis(100)));
         }
         let waited = slots.take(args.concurrency);
-        let size = workload.sample(&mut rng);
+        let size = workload.sample(rng.next_f64());
         if size > MAX_MESSAGE {
             cut += 1;
         }

@@ -3,8 +3,8 @@
 use std::io::{self, BufRead};
 use std::path::PathBuf;
 
-use conformance::fields;
 use homa_core::wire;
+use homa_core::wire::fields;
 
 use crate::error::Error;
 use crate::output::Output;
@@ -96,7 +96,7 @@ fn decode_one(text: &str, label: &str, out: &mut Output) -> Result<bool, Error> 
             return Ok(false);
         }
     };
-    out.json(fields::to_fields(&repr))?;
+    out.json(fields::to_fields(&repr).into())?;
     let used = repr.buffer_len();
     if used < bytes.len() {
         let extra = bytes.len() - used;

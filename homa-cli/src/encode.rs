@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::PathBuf;
 
-use conformance::fields;
+use homa_core::wire::fields;
 use serde_json::Value;
 
 use crate::error::Error;
@@ -71,7 +71,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
 /// Encodes one packet and prints its hex; reports a bad one on stderr and returns false.
 fn encode_one(packet: &Value, n: usize, out: &mut Output) -> Result<bool, Error> {
     let result = match packet {
-        Value::Object(fields) => fields::encode(fields).map_err(|e| e.to_string()),
+        Value::Object(object) => fields::encode(&object.into()).map_err(|e| e.to_string()),
         _ => Err("expected a JSON object with the packet's fields".to_string()),
     };
     match result {

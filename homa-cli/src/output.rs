@@ -2,7 +2,7 @@
 
 use std::io::{self, BufWriter, StdoutLock, Write};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::Error;
 
@@ -19,8 +19,8 @@ impl Output {
     }
 
     /// Writes one JSON object on its own line.
-    pub(crate) fn json(&mut self, object: Map<String, Value>) -> Result<(), Error> {
-        self.line(&Value::Object(object).to_string())
+    pub(crate) fn json(&mut self, value: Value) -> Result<(), Error> {
+        self.line(&value.to_string())
     }
 
     /// Writes one line.

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, Cursor, Read};
 use std::path::Path;
 
-use conformance::fields;
+use homa_core::wire::fields;
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
@@ -130,6 +130,9 @@ impl Decoder<'_> {
         match decoded {
             Ok(fields) => {
                 self.counts.decoded += 1;
+                let serde_json::Value::Object(fields) = fields.into() else {
+                    unreachable!("fields are a map")
+                };
                 m.extend(fields);
             }
             Err(e) => {
@@ -139,7 +142,7 @@ impl Decoder<'_> {
                 m.insert("hex".into(), json!(hex::encode(found.payload)));
             }
         }
-        self.out.json(m)?;
+        self.out.json(Value::Object(m))?;
         if self.live {
             self.out.flush()?;
         }

@@ -4,6 +4,7 @@
 use core::fmt;
 
 use crate::time::{Duration, NANOS_PER_USEC};
+use crate::value::Value;
 use crate::wire::{self, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 
 /// Bytes of Ethernet framing per packet the pacer counts on top of the IP packet (preamble,
@@ -12,136 +13,234 @@ pub const ETH_OVERHEAD: u32 = 42;
 /// Most RPCs the grant scheduler grants to at once (`HOMA_MAX_GRANTS`).
 pub const MAX_OVERCOMMIT: u8 = 8;
 
-/// Configuration of one [`Endpoint`](crate::Endpoint). Build it with struct update syntax
-/// from [`Config::default`]; [`Config::validate`] (run by `Endpoint::new`) explains any bad value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
+/// Declares `Config`, its `Default` and [`FIELDS`] from one list: each field's doc comment,
+/// name, type, default and bounds are written once, and every binding reads them from the
+/// table.
+macro_rules! config {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident: $ty:tt = $default:expr, $min:expr, $max:expr;
+    )*) => {
+        /// Configuration of one [`Endpoint`](crate::Endpoint). Build it with struct update
+        /// syntax from [`Config::default`]; [`Config::validate`] (run by `Endpoint::new`)
+        /// explains any bad value. [`FIELDS`] describes every field (name, type, doc,
+        /// bounds) for bindings and tools.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Config {
+            $( $(#[doc = $doc])* pub $name: $ty, )*
+        }
+
+        impl Default for Config {
+            fn default() -> Config {
+                Config { $( $name: $default, )* }
+            }
+        }
+
+        /// Every `Config` field, in declaration order.
+        pub const FIELDS: &[Field] = &[$(
+            Field {
+                name: stringify!($name),
+                doc: &[$($doc),*],
+                kind: config!(@kind $ty),
+                min: $min,
+                max: $max,
+                get: |c| config!(@get $ty, c.$name),
+                set: |c, v| {
+                    c.$name = config!(@set $ty, stringify!($name), v, $min, $max)?;
+                    Ok(())
+                },
+            },
+        )*];
+    };
+    (@kind [u32; 8]) => { Kind::Cutoffs };
+    (@kind u8) => { Kind::U8 };
+    (@kind u16) => { Kind::U16 };
+    (@kind u32) => { Kind::U32 };
+    (@kind u64) => { Kind::U64 };
+    (@get [u32; 8], $e:expr) => { Value::from($e) };
+    (@get $ty:tt, $e:expr) => { Value::from($e) };
+    (@set [u32; 8], $name:expr, $v:expr, $min:expr, $max:expr) => {
+        cutoffs_from($name, $v, $min, $max)
+    };
+    (@set $ty:tt, $name:expr, $v:expr, $min:expr, $max:expr) => {
+        int_from($name, $v, $min, $max).map(|n| n as $ty)
+    };
+}
+
+config! {
     // --- Sender ---
     /// Bytes of each message sent before any grant arrives (announced in DATA `incoming`).
-    pub unsched_bytes: u32,
+    unsched_bytes: u32 = 40_000, 0, u32::MAX as u64;
     /// Largest IP packet (the route MTU), for packetisation.
-    pub mtu: u32,
+    mtu: u32 = 1500, 1, 65_535;
     /// Bytes of headers below Homa in every packet: 20 for raw IPv4, 40 for raw IPv6, 28 for
     /// UDP over IPv4, 48 for UDP over IPv6. Payload per DATA = `mtu - outer_header_bytes - 56`.
-    pub outer_header_bytes: u32,
+    outer_header_bytes: u32 = 20, 0, 65_535;
     /// Uplink speed in Mbit/s, for the pacer.
-    pub link_mbps: u32,
+    link_mbps: u32 = 25_000, 1, u32::MAX as u64;
     /// The pacer holds data back while the estimated NIC queue exceeds this many µs.
-    pub max_nic_est_backlog_usecs: u32,
+    max_nic_est_backlog_usecs: u32 = 5, 0, u32::MAX as u64;
     /// Thousandths of pacer picks that go to the oldest message instead of the shortest.
-    pub pacer_fifo_fraction: u32,
+    pacer_fifo_fraction: u32 = 50, 0, 1000;
     /// Messages with at most this many bytes left are never held back by the pacer.
-    pub defer_min_bytes: u32,
+    defer_min_bytes: u32 = 1000, 0, u32::MAX as u64;
     /// Bytes of outgoing messages an endpoint holds at once (`wmem_max`); beyond it,
     /// `send_request` / `send_response` fail with `ApiError::TxBufferFull`.
-    pub wmem_max: u64,
+    wmem_max: u64 = 100_000_000, 1, u64::MAX;
 
     // --- Receiver (grants) ---
     /// Fixed per-message grant window in bytes; 0 = dynamic, `max_incoming / (active + 1)`.
-    pub window: u32,
+    window: u32 = 0, 0, u32::MAX as u64;
     /// Cap on granted-but-unreceived bytes across all incoming messages.
-    pub max_incoming: u32,
+    max_incoming: u32 = 400_000, 1, u32::MAX as u64;
     /// Most messages granted to at once (at most 8).
-    pub max_overcommit: u8,
+    max_overcommit: u8 = 8, 1, MAX_OVERCOMMIT as u64;
     /// Bytes granted by each FIFO (anti-starvation) grant.
-    pub fifo_grant_increment: u32,
+    fifo_grant_increment: u32 = 50_000, 0, u32::MAX as u64;
     /// Thousandths of `link_mbps` reserved for FIFO grants (at most 500).
-    pub grant_fifo_fraction: u32,
+    grant_fifo_fraction: u32 = 50, 0, 500;
 
     // --- Priorities ---
     /// Priority levels in use (1..=8). Control packets use the highest.
-    pub num_priorities: u8,
+    num_priorities: u8 = 8, 1, MAX_PRIORITIES as u64;
     /// This receiver's unscheduled cutoffs: entry i is the largest message that senders should
     /// send at level i; the first entry >= 1,000,000 marks the lowest unscheduled level (it
     /// takes messages of any length, even past 1,000,000 bytes with a raised
     /// `max_message_length`), and the levels below it carry scheduled data. Entry 0 is
     /// treated as infinity.
-    pub unsched_cutoffs: [u32; MAX_PRIORITIES as usize],
+    unsched_cutoffs: [u32; 8] = [0, 0, 0, 0, 1_000_000, 15_000, 2_800, 200], 0, u32::MAX as u64;
     /// Version of `unsched_cutoffs`, echoed by senders; change it when the cutoffs change.
-    pub cutoff_version: u16,
+    cutoff_version: u16 = 1, 0, u16::MAX as u64;
 
     // --- Timers (in ticks) ---
     /// Length of a timer tick in µs (the module's timer runs every millisecond).
-    pub tick_usecs: u32,
+    tick_usecs: u32 = 1000, 1, u32::MAX as u64;
     /// Silent ticks before the first RESEND.
-    pub resend_ticks: u32,
+    resend_ticks: u32 = 5, 1, u32::MAX as u64;
     /// Ticks between RESENDs.
-    pub resend_interval: u32,
-    /// Silent ticks before an RPC is abandoned.
-    pub timeout_ticks: u32,
+    resend_interval: u32 = 5, 1, u32::MAX as u64;
+    /// Silent ticks before an RPC is abandoned. Silence is counted in ticks the endpoint
+    /// ran (a stalled process does not count the time it was stopped).
+    timeout_ticks: u32 = 100, 1, u32::MAX as u64;
     /// Ticks after a response is sent before the server asks for an ACK.
-    pub request_ack_ticks: u32,
+    request_ack_ticks: u32 = 2, 0, u32::MAX as u64;
     /// Ticks a server keeps a response its client is not done with before it forgets the
     /// RPC: asking for an ACK (NEED_ACK every tick) once it is sent, or waiting silently for
     /// grants for the rest of it. Not in the module, which waits forever: this bounds the
     /// memory a vanished client can pin.
-    pub ack_timeout_ticks: u32,
+    ack_timeout_ticks: u32 = 1000, 1, u32::MAX as u64;
 
     // --- Limits against hostile or broken peers ---
-    /// Longest message sent or accepted, 1..=2^31-1. The module's limit, 1,000,000
+    /// Longest message sent or accepted. The module's limit, 1,000,000
     /// (`HOMA_MAX_MESSAGE_LENGTH`), is the default; a peer that has not raised it too rejects
     /// longer messages, so raise it only among endpoints configured alike (e.g. a simulation
     /// of the paper's workloads, whose messages reach 30 MB).
-    pub max_message_length: u32,
+    max_message_length: u32 = MAX_MESSAGE_LENGTH, 1, i32::MAX as u64;
     /// Peers tracked at once; packets that would need another are dropped and counted.
-    pub max_peers: u32,
+    max_peers: u32 = 10_000, 1, u32::MAX as u64;
     /// Server RPCs one peer may hold open on this endpoint.
-    pub max_rpcs_per_peer: u32,
+    max_rpcs_per_peer: u32 = 10_000, 1, u32::MAX as u64;
     /// Bytes of incoming messages being reassembled at once, across all RPCs. A message is
     /// accepted only if its whole length fits; its buffer is allocated then, never before.
-    pub max_rx_bytes: u64,
+    max_rx_bytes: u64 = 1 << 30, 1, u64::MAX;
     /// Holes one message's reassembly may track; a packet needing more is dropped (the
     /// sender resends it later).
-    pub max_gaps: u32,
+    max_gaps: u32 = 1024, 0, u32::MAX as u64;
     /// Control packets waiting for `poll_transmit`; further ones are dropped and counted.
     /// A driver that hands in a batch of packets before draining needs room for what the
     /// batch causes (homa-io: a receive batch holds up to 32 datagrams of up to 64 packets).
-    pub max_pending_control: u32,
+    max_pending_control: u32 = 65_536, 1, u32::MAX as u64;
 
-    /// The first id this endpoint gives a request (then +2 each). The module numbers RPCs
-    /// per host; several endpoints sharing one address toward the same servers (raw IP
+    /// The first id this endpoint gives a request (even, then +2 each). The module numbers
+    /// RPCs per host; several endpoints sharing one address toward the same servers (raw IP
     /// sockets of one host) need disjoint ranges, e.g. a random even start each.
-    pub first_client_id: u64,
+    first_client_id: u64 = 2, 2, u64::MAX - 1;
 
     /// Seed for hashing (the core never reads an RNG or the environment).
-    pub seed: u64,
+    seed: u64 = 0, 0, u64::MAX;
 }
 
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            unsched_bytes: 40_000,
-            mtu: 1500,
-            outer_header_bytes: 20,
-            link_mbps: 25_000,
-            max_nic_est_backlog_usecs: 5,
-            pacer_fifo_fraction: 50,
-            defer_min_bytes: 1000,
-            wmem_max: 100_000_000,
-            window: 0,
-            max_incoming: 400_000,
-            max_overcommit: 8,
-            fifo_grant_increment: 50_000,
-            grant_fifo_fraction: 50,
-            num_priorities: 8,
-            unsched_cutoffs: [0, 0, 0, 0, 1_000_000, 15_000, 2_800, 200],
-            cutoff_version: 1,
-            tick_usecs: 1000,
-            resend_ticks: 5,
-            resend_interval: 5,
-            timeout_ticks: 100,
-            request_ack_ticks: 2,
-            ack_timeout_ticks: 1000,
-            max_message_length: MAX_MESSAGE_LENGTH,
-            max_peers: 10_000,
-            max_rpcs_per_peer: 10_000,
-            max_rx_bytes: 1 << 30,
-            max_gaps: 1024,
-            max_pending_control: 65_536,
-            first_client_id: 2,
-            seed: 0,
+/// The type of a [`Field`]'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    U8,
+    U16,
+    U32,
+    U64,
+    /// Eight `u32`s: [`Config::unsched_cutoffs`].
+    Cutoffs,
+}
+
+/// One `Config` field, for bindings and tools that set fields by name ([`FIELDS`]).
+#[derive(Clone, Copy)]
+pub struct Field {
+    /// The field's name (the module's sysctl name, where it has one).
+    pub name: &'static str,
+    /// The lines of its doc comment (each with the space that follows `///`).
+    pub doc: &'static [&'static str],
+    pub kind: Kind,
+    /// Bounds of its values (of each entry, for `Cutoffs`). [`Config::validate`] also checks
+    /// rules between fields.
+    pub min: u64,
+    pub max: u64,
+    /// Its value in `config`.
+    pub get: fn(&Config) -> Value,
+    /// Sets it from `value` (an integer within the bounds, or for `Cutoffs` a list of 8);
+    /// anything else changes nothing and says why.
+    pub set: fn(&mut Config, &Value) -> Result<(), ConfigError>,
+}
+
+impl fmt::Debug for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Field")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("min", &self.min)
+            .field("max", &self.max)
+            .finish()
+    }
+}
+
+impl Field {
+    /// The field named `name`.
+    pub fn named(name: &str) -> Option<&'static Field> {
+        FIELDS.iter().find(|f| f.name == name)
+    }
+
+    /// Whether `value` is one this field takes (its kind, within its bounds).
+    pub fn check(&self, value: &Value) -> Result<(), ConfigError> {
+        match self.kind {
+            Kind::Cutoffs => cutoffs_from(self.name, value, self.min, self.max).map(drop),
+            _ => int_from(self.name, value, self.min, self.max).map(drop),
         }
     }
+}
+
+fn int_from(field: &'static str, v: &Value, min: u64, max: u64) -> Result<u64, ConfigError> {
+    let Value::Int(i) = *v else {
+        return Err(ConfigError { field, problem: Problem::NotAnInteger });
+    };
+    u64::try_from(i)
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or(ConfigError { field, problem: Problem::OutOfRange { min, max } })
+}
+
+fn cutoffs_from(
+    field: &'static str,
+    v: &Value,
+    min: u64,
+    max: u64,
+) -> Result<[u32; 8], ConfigError> {
+    let list = v
+        .as_list()
+        .filter(|l| l.len() == 8)
+        .ok_or(ConfigError { field, problem: Problem::Rule("must be a list of 8 integers") })?;
+    let mut out = [0u32; 8];
+    for (slot, x) in out.iter_mut().zip(list) {
+        *slot = int_from(field, x, min, max)? as u32;
+    }
+    Ok(out)
 }
 
 /// A configuration value out of range, with the field's name.
@@ -150,24 +249,61 @@ pub struct ConfigError {
     /// The `Config` field at fault.
     pub field: &'static str,
     /// What is wrong with it.
-    pub reason: &'static str,
+    pub problem: Problem,
+}
+
+/// What is wrong with a [`ConfigError`]'s field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// Outside the field's bounds (inclusive; [`Field::min`], [`Field::max`]).
+    OutOfRange { min: u64, max: u64 },
+    /// Set from a value that is not an integer.
+    NotAnInteger,
+    /// It breaks a rule, in words (one that involves other fields, or more than bounds).
+    Rule(&'static str),
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid config `{}`: {}", self.field, self.reason)
+        write!(f, "invalid config `{}`: ", self.field)?;
+        match self.problem {
+            Problem::OutOfRange { min, max } => {
+                write!(f, "must be between {} and {}", Grouped(min), Grouped(max))
+            }
+            Problem::NotAnInteger => f.write_str("must be an integer"),
+            Problem::Rule(reason) => f.write_str(reason),
+        }
     }
 }
 
 impl core::error::Error for ConfigError {}
 
+/// A number with thousands separators from 10,000 on (as people write them).
+struct Grouped(u64);
+
+impl fmt::Display for Grouped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn groups(n: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            if n < 1000 {
+                return write!(f, "{n}");
+            }
+            groups(n / 1000, f)?;
+            write!(f, ",{:03}", n % 1000)
+        }
+        if self.0 < 10_000 { write!(f, "{}", self.0) } else { groups(self.0, f) }
+    }
+}
+
 fn check(ok: bool, field: &'static str, reason: &'static str) -> Result<(), ConfigError> {
-    if ok { Ok(()) } else { Err(ConfigError { field, reason }) }
+    if ok { Ok(()) } else { Err(ConfigError { field, problem: Problem::Rule(reason) }) }
 }
 
 impl Config {
     /// Checks every value; the error names the first bad field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        for f in FIELDS {
+            f.check(&(f.get)(self))?;
+        }
         let max_payload = self
             .mtu
             .checked_sub(self.outer_header_bytes)
@@ -178,21 +314,6 @@ impl Config {
             "mtu",
             "too small for a DATA header (56 bytes) plus payload, or an 80-byte ACK",
         )?;
-        check(self.mtu <= 65_535, "mtu", "must be at most 65535")?;
-        check(self.link_mbps > 0, "link_mbps", "must be positive")?;
-        check(self.pacer_fifo_fraction <= 1000, "pacer_fifo_fraction", "must be at most 1000")?;
-        check(self.max_incoming > 0, "max_incoming", "must be positive")?;
-        check(
-            (1..=MAX_OVERCOMMIT).contains(&self.max_overcommit),
-            "max_overcommit",
-            "must be 1..=8",
-        )?;
-        check(self.grant_fifo_fraction <= 500, "grant_fifo_fraction", "must be at most 500")?;
-        check(
-            (1..=MAX_PRIORITIES).contains(&self.num_priorities),
-            "num_priorities",
-            "must be 1..=8",
-        )?;
         let lowest_unsched = usize::from(self.max_sched_prio()) + 1;
         let unsched = self.unsched_cutoffs.get(lowest_unsched..usize::from(self.num_priorities));
         check(
@@ -200,9 +321,6 @@ impl Config {
             "unsched_cutoffs",
             "unscheduled levels must have non-increasing cutoffs (higher level, shorter messages)",
         )?;
-        check(self.tick_usecs > 0, "tick_usecs", "must be positive")?;
-        check(self.resend_ticks > 0, "resend_ticks", "must be positive")?;
-        check(self.resend_interval > 0, "resend_interval", "must be positive")?;
         check(
             self.timeout_ticks > self.resend_ticks,
             "timeout_ticks",
@@ -212,13 +330,6 @@ impl Config {
             self.ack_timeout_ticks > self.request_ack_ticks,
             "ack_timeout_ticks",
             "must exceed request_ack_ticks, or no NEED_ACK is ever sent",
-        )?;
-        check(self.max_peers > 0, "max_peers", "must be positive")?;
-        check(self.max_rpcs_per_peer > 0, "max_rpcs_per_peer", "must be positive")?;
-        check(
-            (1..=i32::MAX as u32).contains(&self.max_message_length),
-            "max_message_length",
-            "must be 1..=2147483647",
         )?;
         check(
             self.max_rx_bytes >= u64::from(self.max_message_length),
@@ -230,11 +341,10 @@ impl Config {
             "wmem_max",
             "must hold at least one message of max_message_length bytes",
         )?;
-        check(self.max_pending_control > 0, "max_pending_control", "must be positive")?;
         check(
-            self.first_client_id != 0 && self.first_client_id.is_multiple_of(2),
+            self.first_client_id.is_multiple_of(2),
             "first_client_id",
-            "client ids are even and not 0",
+            "must be even (client ids are even; 0 is not one)",
         )?;
         Ok(())
     }
@@ -305,6 +415,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
 
     #[test]
     fn defaults_are_the_modules_and_valid() {
@@ -343,6 +454,38 @@ mod tests {
         assert_eq!(bad(length(i32::MAX as u32)), "max_rx_bytes");
         let big = Config { max_rx_bytes: 1 << 31, wmem_max: 1 << 31, ..length(i32::MAX as u32) };
         assert_eq!(big.validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_field_table_reads_and_sets_every_field_by_name() {
+        let mut c = Config::default();
+        for f in FIELDS {
+            let v = (f.get)(&c);
+            (f.set)(&mut c, &v).unwrap();
+            assert!(!f.doc.is_empty(), "{} has a doc comment", f.name);
+        }
+        assert_eq!(c, Config::default(), "get then set changes nothing");
+        assert_eq!(FIELDS.len(), 30);
+        let overcommit = Field::named("max_overcommit").unwrap();
+        (overcommit.set)(&mut c, &Value::Int(3)).unwrap();
+        assert_eq!(c.max_overcommit, 3);
+        let e = (overcommit.set)(&mut c, &Value::Int(9)).unwrap_err();
+        assert_eq!(e.problem, Problem::OutOfRange { min: 1, max: 8 });
+        assert_eq!(e.to_string(), "invalid config `max_overcommit`: must be between 1 and 8");
+        assert_eq!(c.max_overcommit, 3, "a refused value changes nothing");
+        let e = (overcommit.set)(&mut c, &Value::from("3")).unwrap_err();
+        assert_eq!(e.problem, Problem::NotAnInteger);
+        let length = Field::named("max_message_length").unwrap();
+        let e = (length.set)(&mut c, &Value::Int(1 << 31)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config `max_message_length`: must be between 1 and 2,147,483,647"
+        );
+        let cutoffs = Field::named("unsched_cutoffs").unwrap();
+        assert_eq!(cutoffs.kind, Kind::Cutoffs);
+        (cutoffs.set)(&mut c, &Value::from([0u32, 1_000_000, 500, 0, 0, 0, 0, 0])).unwrap();
+        assert_eq!(c.unsched_cutoffs[2], 500);
+        assert!((cutoffs.set)(&mut c, &Value::from([1u32; 7])).is_err());
     }
 
     #[test]

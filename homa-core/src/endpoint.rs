@@ -54,6 +54,18 @@ pub enum FailReason {
     PortClosed,
 }
 
+impl FailReason {
+    /// The reason as every binding and the conformance vectors name it: `"timeout"`,
+    /// `"unreachable"`, `"port_closed"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailReason::Timeout => "timeout",
+            FailReason::Unreachable => "unreachable",
+            FailReason::PortClosed => "port_closed",
+        }
+    }
+}
+
 /// Something the application must learn about. Every value is plain owned data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

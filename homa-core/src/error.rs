@@ -56,4 +56,22 @@ impl fmt::Display for ApiError {
     }
 }
 
+impl ApiError {
+    /// The error's kind, as every binding and the conformance vectors name it: the variant
+    /// in snake case (`"message_length"`, `"tx_buffer_full"`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ApiError::MessageLength { .. } => "message_length",
+            ApiError::InvalidPort(_) => "invalid_port",
+            ApiError::PortInUse(_) => "port_in_use",
+            ApiError::PortNotBound(_) => "port_not_bound",
+            ApiError::NoEphemeralPort => "no_ephemeral_port",
+            ApiError::UnknownRpc(_) => "unknown_rpc",
+            ApiError::NotAwaitingResponse(_) => "not_awaiting_response",
+            ApiError::TooManyPeers => "too_many_peers",
+            ApiError::TxBufferFull => "tx_buffer_full",
+        }
+    }
+}
+
 impl core::error::Error for ApiError {}

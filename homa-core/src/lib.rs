@@ -84,6 +84,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
 
 pub mod config;
 mod endpoint;
@@ -97,7 +99,9 @@ mod sched;
 pub mod testnet;
 pub mod time;
 mod timer;
+pub mod value;
 pub mod wire;
+pub mod workload;
 
 pub use config::{Config, ConfigError};
 pub use endpoint::{Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, ServerRpc, Transmit};
@@ -105,3 +109,4 @@ pub use error::ApiError;
 pub use metrics::Metrics;
 pub use msg::{Payload, PayloadSlice};
 pub use time::Instant;
+pub use value::{Map, Value};

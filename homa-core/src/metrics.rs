@@ -6,6 +6,7 @@
 //!
 //! [`Endpoint::metrics`]: crate::Endpoint::metrics
 
+use crate::value::{Map, Value};
 use crate::wire::PacketType;
 
 /// Counts per packet type, indexed by `code - 0x10` (DATA first, ACK last).
@@ -129,4 +130,120 @@ pub struct Metrics {
     pub rx_bytes: u64,
     /// Bytes of outgoing messages held.
     pub tx_bytes: u64,
+}
+
+impl Drops {
+    /// Every reason and its count, and `total`, by field name.
+    pub fn to_value(&self) -> Map {
+        let d = *self;
+        [
+            ("malformed", d.malformed),
+            ("no_port", d.no_port),
+            ("unknown_rpc", d.unknown_rpc),
+            ("duplicate", d.duplicate),
+            ("inconsistent", d.inconsistent),
+            ("not_receiving", d.not_receiving),
+            ("rx_memory", d.rx_memory),
+            ("rpc_limit", d.rpc_limit),
+            ("peer_limit", d.peer_limit),
+            ("gap_limit", d.gap_limit),
+            ("freeze", d.freeze),
+            ("total", d.total()),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
+/// Per-type counts keyed by packet type name (`"DATA"`, ...).
+fn per_type(counts: &PerType) -> Value {
+    PacketType::ALL.iter().map(|t| t.name()).zip(counts.iter().copied()).collect::<Map>().into()
+}
+
+impl Metrics {
+    /// Every counter and gauge by its field name, as the bindings, `homa` and the
+    /// conformance vectors show them: `drops` as a map (with `total`), the per-type counts as
+    /// maps keyed by packet type name.
+    pub fn to_value(&self) -> Map {
+        let m = self;
+        let mut v = Map::new();
+        v.insert("packets_in", m.packets_in);
+        v.insert("accepted", m.accepted);
+        v.insert("drops", m.drops.to_value());
+        v.insert("packets_in_by_type", per_type(&m.packets_in_by_type));
+        v.insert("bytes_in_by_type", per_type(&m.bytes_in_by_type));
+        v.insert("packets_out_by_type", per_type(&m.packets_out_by_type));
+        v.insert("bytes_out_by_type", per_type(&m.bytes_out_by_type));
+        for (name, n) in [
+            ("message_bytes_in", m.message_bytes_in),
+            ("message_bytes_out", m.message_bytes_out),
+            ("retransmitted_packets", m.retransmitted_packets),
+            ("client_timeouts", m.client_timeouts),
+            ("server_timeouts", m.server_timeouts),
+            ("restarts", m.restarts),
+            ("granted_bytes", m.granted_bytes),
+            ("fifo_grants", m.fifo_grants),
+            ("control_overflow", m.control_overflow),
+            ("requests_received", m.requests_received),
+            ("responses_received", m.responses_received),
+            ("peak_incoming", m.peak_incoming),
+            ("rpcs", m.rpcs),
+            ("active_grants", m.active_grants),
+            ("grantable", m.grantable),
+            ("incoming", m.incoming),
+            ("peers", m.peers),
+            ("rx_bytes", m.rx_bytes),
+            ("tx_bytes", m.tx_bytes),
+        ] {
+            v.insert(name, n);
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `to_value` names every field: adding one to `Metrics` without naming it breaks this
+    /// destructuring, and the count says none is named twice or left out.
+    #[test]
+    fn to_value_names_every_field_once() {
+        let Metrics {
+            packets_in: _,
+            accepted: _,
+            drops: _,
+            packets_in_by_type: _,
+            bytes_in_by_type: _,
+            packets_out_by_type: _,
+            bytes_out_by_type: _,
+            message_bytes_in: _,
+            message_bytes_out: _,
+            retransmitted_packets: _,
+            client_timeouts: _,
+            server_timeouts: _,
+            restarts: _,
+            granted_bytes: _,
+            fifo_grants: _,
+            control_overflow: _,
+            requests_received: _,
+            responses_received: _,
+            peak_incoming: _,
+            rpcs: _,
+            active_grants: _,
+            grantable: _,
+            incoming: _,
+            peers: _,
+            rx_bytes: _,
+            tx_bytes: _,
+        } = Metrics::default();
+        let m = Metrics { retransmitted_packets: 7, ..Metrics::default() };
+        let v = m.to_value();
+        assert_eq!(v.len(), 26);
+        assert_eq!(v.get("retransmitted_packets"), Some(&Value::Int(7)));
+        let drops = v.get("drops").and_then(Value::as_map).unwrap();
+        assert_eq!(drops.len(), 12, "eleven reasons and the total");
+        let data = v.get("packets_in_by_type").and_then(Value::as_map).unwrap();
+        assert_eq!(data.get("ACK"), Some(&Value::Int(0)));
+    }
 }

@@ -10,8 +10,8 @@
 //! [`SimConfig::paper`] is the setup of the SIGCOMM 2018 paper's simulations; `RESULTS.md`
 //! compares its numbers with ours. With [`SimConfig::oracle`] the same messages also go
 //! through an ideal SRPT scheduler (the paper's "SRPT-Oracle"), reported beside Homa's.
-//! [`cutoffs_for_workload`] computes unscheduled priority cutoffs for any workload, for use
-//! with real endpoints too.
+//! Workloads and [`cutoffs_for_workload`] (unscheduled priority cutoffs for any workload) come
+//! from [`homa_core::workload`], for real endpoints too.
 //!
 //! ```
 //! use homa_sim::{SimConfig, Stop, Workload, run};
@@ -32,9 +32,9 @@ pub mod plot;
 mod protocol;
 pub mod report;
 mod run;
-mod workload;
 
 pub use fabric::{Fabric, PortKind, Topology, host_addr, host_of};
+pub use homa_core::workload::{Workload, WorkloadError};
 pub use protocol::{
     PAPER_PAYLOAD, PAPER_RTT_BYTES, PAPER_UNSCHED_BYTES, SIM_RESEND_TICKS, cutoffs_for_workload,
     data_packets, data_wire_bytes, grant_wire_bytes, grants_for, paper_config, paper_overcommit,
@@ -42,4 +42,3 @@ pub use protocol::{
 };
 pub use report::Report;
 pub use run::{Mode, Progress, SimConfig, Stop, Tail, run};
-pub use workload::{Workload, WorkloadError};

@@ -95,7 +95,7 @@ pub(crate) fn run(arrivals: &[Msg], sizes: &[u64], hosts: usize, host_bps: u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::Workload;
+    use homa_core::workload::Workload;
 
     /// Runs messages (arrival ns, src, dst, size index) on 10 Gbit/s links; returns each
     /// one's slowdown in arrival order (one size per bin).

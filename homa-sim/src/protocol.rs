@@ -1,10 +1,12 @@
-//! The paper's protocol settings mapped onto `homa_core::Config`, the unscheduled cutoffs
-//! computed from a workload, and the packets a message becomes on the wire.
+//! The paper's protocol settings mapped onto `homa_core::Config`, and the bytes a message
+//! puts on the wire (the packets and cutoffs themselves come from `homa_core::workload`).
 
 use homa_core::Config;
-use homa_core::wire::{self, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
-
-use crate::workload::Workload;
+use homa_core::wire::{self, MAX_MESSAGE_LENGTH};
+use homa_core::workload::Workload;
+pub use homa_core::workload::{
+    cutoffs_for_workload, data_packets, data_wire_bytes, grant_wire_bytes, grants_for,
+};
 
 /// RTTbytes of the paper's simulations: one full packet one way and a grant back at 10 Gbit/s.
 pub const PAPER_RTT_BYTES: u32 = 10_000;
@@ -96,54 +98,6 @@ pub fn with_resend_ticks(config: Config, ticks: u32) -> Config {
     Config { resend_ticks: ticks, timeout_ticks, ..config }
 }
 
-/// Message bytes in each DATA packet of a `len`-byte message, as the core packetises it: full
-/// packets, except that the last unscheduled packet may be short (module
-/// `homa_message_out_fill`).
-pub fn data_packets(len: u64, config: &Config) -> impl Iterator<Item = u32> {
-    let max_payload = u64::from(config.max_payload());
-    let unsched = u64::from(config.unsched_bytes).min(len);
-    let mut offset = 0u64;
-    core::iter::from_fn(move || {
-        if offset >= len {
-            return None;
-        }
-        let limit = if offset < unsched { unsched } else { len };
-        let end = (offset + max_payload).min(limit);
-        let payload = (end - offset) as u32;
-        offset = end;
-        Some(payload)
-    })
-}
-
-/// Bytes a DATA packet with `payload` message bytes occupies on the wire: Homa header, the
-/// outer (IP) header and Ethernet framing.
-pub fn data_wire_bytes(payload: u32, config: &Config) -> u32 {
-    config.wire_bytes(wire::data::HEADER_LEN + payload as usize)
-}
-
-/// Bytes a GRANT occupies on the wire.
-pub fn grant_wire_bytes(config: &Config) -> u32 {
-    config.wire_bytes(wire::grant::HEADER_LEN)
-}
-
-/// GRANTs a receiver sends for a message of `len` bytes when its packets arrive in order
-/// and it is granted to at once: one per arriving packet while `received + window` passes
-/// what is granted, until the whole message is granted.
-pub fn grants_for(len: u64, config: &Config) -> u64 {
-    let window =
-        u64::from(if config.window != 0 { config.window } else { config.max_incoming / 2 });
-    let mut grants = 0;
-    let (mut received, mut granted) = (0u64, u64::from(config.unsched_bytes).min(len));
-    for payload in data_packets(len, config) {
-        received += u64::from(payload);
-        if granted < len && received + window > granted {
-            granted = (received + window).min(len);
-            grants += 1;
-        }
-    }
-    grants
-}
-
 /// Mean bytes one message puts on host links (the sender's uplink, and the receiver's
 /// downlink alike): its DATA packets and the GRANTs that pull them, with every header and
 /// Ethernet framing. In `Rpc` mode the response (as long as the request) counts too.
@@ -158,64 +112,6 @@ pub fn wire_bytes_per_message(workload: &Workload, config: &Config, mode: crate:
         crate::Mode::OneWay => one_way,
         crate::Mode::Rpc => 2.0 * one_way,
     }
-}
-
-/// Unscheduled cutoffs for `workload`, as `Config::unsched_cutoffs`: the top `unsched_levels`
-/// of `config.num_priorities` carry unscheduled packets, split so that each level carries
-/// about the same number of bytes on the wire (HomaSimulation's `STATIC_CBF_GRADUATED` idea;
-/// the module's `homa_prio` balances levels likewise). Shorter messages get higher levels.
-///
-/// The bytes counted are those that travel at unscheduled levels: each message's unscheduled
-/// packets with all their headers, and GRANTs, which share the highest level with the
-/// shortest messages (HomaSimulation's `accountForGrantTraffic`). Levels below the
-/// unscheduled ones are for scheduled packets (the grant scheduler's `max_sched_prio` is the
-/// level just below). Where the sizes are too few for distinct cutoffs, lower unscheduled
-/// levels repeat a cutoff and go unused.
-pub fn cutoffs_for_workload(
-    workload: &Workload,
-    config: &Config,
-    unsched_levels: u8,
-) -> [u32; MAX_PRIORITIES as usize] {
-    let priorities = config.num_priorities.clamp(1, MAX_PRIORITIES);
-    let levels = unsched_levels.clamp(1, priorities);
-    let unsched = u64::from(config.unsched_bytes);
-    let grant = f64::from(grant_wire_bytes(config));
-    let grant_bytes = workload.expect(|s| grants_for(s, config) as f64 * grant);
-    let bytes: Vec<f64> = workload
-        .sizes()
-        .iter()
-        .zip(workload.probabilities())
-        .map(|(&s, p)| {
-            let wire: u32 =
-                data_packets(s.min(unsched), config).map(|b| data_wire_bytes(b, config)).sum();
-            p * f64::from(wire)
-        })
-        .collect();
-    let total = grant_bytes + bytes.iter().sum::<f64>();
-    // Cumulative share of unscheduled-level bytes up to and including each size.
-    let mut cbf = Vec::with_capacity(bytes.len());
-    let mut sum = grant_bytes;
-    for b in &bytes {
-        sum += b;
-        cbf.push(sum / total);
-    }
-    let cap = MAX_MESSAGE_LENGTH - 1;
-    let mut cuts = Vec::new();
-    let mut from = 0;
-    for k in 1..levels {
-        let target = f64::from(k) / f64::from(levels);
-        let i = from + cbf[from..].partition_point(|&c| c < target - 1e-12);
-        let size = workload.sizes().get(i).copied().unwrap_or(u64::MAX);
-        cuts.push(size.min(u64::from(cap)) as u32);
-        from = (i + 1).min(cbf.len());
-    }
-    let mut table = [0u32; MAX_PRIORITIES as usize];
-    let top = usize::from(priorities) - 1;
-    for (j, &c) in cuts.iter().enumerate() {
-        table[top - j] = c.max(if j > 0 { cuts[j - 1] } else { 0 });
-    }
-    table[top + 1 - usize::from(levels)] = MAX_MESSAGE_LENGTH;
-    table
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::fabric::{PortKind, Topology};
 use crate::paper;
 use crate::run::{Mode, SimConfig, Stop, Tail};
-use crate::workload::Workload;
+use homa_core::workload::Workload;
 
 /// Bins with fewer measured messages than this are left out when picking the worst bin
 /// (their 99th percentile is little more than their maximum).

@@ -13,7 +13,7 @@ use crate::fabric::{Fabric, Topology, host_addr, host_of};
 use crate::oracle;
 use crate::protocol;
 use crate::report::{self, Report, Stats};
-use crate::workload::Workload;
+use homa_core::workload::Workload;
 
 /// The Homa port every host serves on.
 const SERVER_PORT: u16 = 1;
@@ -431,7 +431,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         if dst >= src {
             dst += 1;
         }
-        let size_index = w.sample_index(&mut rng);
+        let size_index = w.sample_index(rng.next_f64());
         let measured = in_window(generated, t);
         if measured && window_start.is_none() {
             // Counters and peak queues start with the measurement.

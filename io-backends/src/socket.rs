@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use homa_core::config::Problem;
 use homa_core::{Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT, Payload, ServerRpc};
 
 use crate::cidr::Cidr;
@@ -133,7 +134,7 @@ impl Builder {
         config.validate()?;
         if config.max_packet_len() > transport.max_packet_len() {
             let reason = "larger than one datagram of this transport can carry";
-            return Err(ConfigError { field: "mtu", reason }.into());
+            return Err(ConfigError { field: "mtu", problem: Problem::Rule(reason) }.into());
         }
         let mut endpoint = Endpoint::new(config)?;
         let kind = transport.kind();
@@ -454,6 +455,8 @@ impl Socket {
             wakeups: inner.counters.wakeups,
             pending_calls: inner.pending_calls() as u64,
             queued_requests: inner.queued_requests() as u64,
+            receive_errors: inner.counters.receive_errors,
+            send_errors: inner.counters.send_errors,
         })
     }
 
@@ -701,4 +704,31 @@ pub struct Metrics {
     pub pending_calls: u64,
     /// Requests received and not yet taken by `recv_request`.
     pub queued_requests: u64,
+    /// Receive calls that failed (e.g. EFAULT from a raw socket next to the Linux module);
+    /// each ends a receive round, and Homa's resends recover what it lost.
+    pub receive_errors: u64,
+    /// Send calls that failed as a whole (their datagrams count as lost).
+    pub send_errors: u64,
+}
+
+impl Metrics {
+    /// Every counter by name, as the bindings and `homa` show them: `core`
+    /// ([`homa_core::Metrics::to_value`]), `transport` ([`TransportStats::to_value`]), and
+    /// the driver's own.
+    pub fn to_value(&self) -> homa_core::Map {
+        let mut v = homa_core::Map::new();
+        v.insert("core", self.core.to_value());
+        v.insert("transport", self.transport.to_value());
+        for (name, n) in [
+            ("dropped_by_allow_list", self.dropped_by_allow_list),
+            ("wakeups", self.wakeups),
+            ("pending_calls", self.pending_calls),
+            ("queued_requests", self.queued_requests),
+            ("receive_errors", self.receive_errors),
+            ("send_errors", self.send_errors),
+        ] {
+            v.insert(name, n);
+        }
+        v
+    }
 }

@@ -1,13 +1,14 @@
 //! Conversions between Python values and the core's: addresses, integers with clear errors,
-//! JSON-like values (the conformance suite's canonical packet fields), `Config`.
+//! plain data (`homa_core::Value`: packet fields, counters), `Config` (by the core's field
+//! table).
 
 use std::net::{IpAddr, SocketAddr};
 
-use homa_core::Config;
+use homa_core::config::{FIELDS, Field, Kind};
+use homa_core::{Config, Map, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use serde_json::{Map, Value};
 
 use crate::errors;
 
@@ -102,39 +103,33 @@ pub(crate) fn addr_repr(a: SocketAddr) -> String {
     format!("('{}', {})", a.ip(), a.port())
 }
 
-/// A JSON value as plain Python data (int, float, str, bool, None, list, dict).
-pub(crate) fn json_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+/// A core value as plain Python data (int, float, str, bool, None, list, dict).
+pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match v {
         Value::Null => py.None().into_bound(py),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(u), _) => u.into_pyobject(py)?.into_any(),
-            (None, Some(i)) => i.into_pyobject(py)?.into_any(),
-            _ => PyFloat::new(py, n.as_f64().unwrap_or(f64::NAN)).into_any(),
-        },
-        Value::String(s) => PyString::new(py, s).into_any(),
-        Value::Array(a) => {
-            let items = a.iter().map(|x| json_to_py(py, x)).collect::<PyResult<Vec<_>>>()?;
+        Value::Int(i) => i.into_pyobject(py)?.into_any(),
+        Value::Float(x) => PyFloat::new(py, *x).into_any(),
+        Value::Str(s) => PyString::new(py, s).into_any(),
+        Value::List(a) => {
+            let items = a.iter().map(|x| value_to_py(py, x)).collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
-        Value::Object(m) => map_to_py(py, m)?.into_any(),
+        Value::Map(m) => map_to_py(py, m)?.into_any(),
     })
 }
 
-/// A JSON object as a dict (keys in the object's order).
-pub(crate) fn map_to_py<'py>(
-    py: Python<'py>,
-    m: &Map<String, Value>,
-) -> PyResult<Bound<'py, PyDict>> {
+/// A core map as a dict (keys in the map's order).
+pub(crate) fn map_to_py<'py>(py: Python<'py>, m: &Map) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    for (k, v) in m {
-        d.set_item(k, json_to_py(py, v)?)?;
+    for (k, v) in m.iter() {
+        d.set_item(k, value_to_py(py, v)?)?;
     }
     Ok(d)
 }
 
-/// Plain Python data as JSON (for `homa.wire.encode`).
-pub(crate) fn py_to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+/// Plain Python data as a core value (for `homa.wire.encode` and config fields).
+pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     if obj.is_none() {
         return Ok(Value::Null);
     }
@@ -142,34 +137,31 @@ pub(crate) fn py_to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Bool(b.is_true()));
     }
     if obj.is_instance_of::<PyInt>() {
-        if let Ok(u) = obj.extract::<u64>() {
-            return Ok(Value::from(u));
-        }
-        let i: i64 = obj
-            .extract()
-            .map_err(|_| PyValueError::new_err(format!("integer {obj} does not fit in 64 bits")))?;
-        return Ok(Value::from(i));
+        let i: i128 = obj.extract().map_err(|_| {
+            PyValueError::new_err(format!("integer {obj} does not fit in 128 bits"))
+        })?;
+        return Ok(Value::Int(i));
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
-        return Ok(serde_json::Number::from_f64(f.value()).map_or(Value::Null, Value::Number));
+        return Ok(Value::Float(f.value()));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::String(s.to_str()?.to_owned()));
+        return Ok(Value::Str(s.to_str()?.to_owned()));
     }
     if let Ok(d) = obj.cast::<PyDict>() {
-        return Ok(Value::Object(dict_to_json(d)?));
+        return Ok(Value::Map(dict_to_map(d)?));
     }
     if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-        let items = obj.try_iter()?.map(|x| py_to_json(&x?)).collect::<PyResult<Vec<_>>>()?;
-        return Ok(Value::Array(items));
+        let items = obj.try_iter()?.map(|x| py_to_value(&x?)).collect::<PyResult<Vec<_>>>()?;
+        return Ok(Value::List(items));
     }
     Err(PyTypeError::new_err(format!(
-        "expected JSON-like data (dict, list, str, int, bool, None), not {}",
+        "expected plain data (dict, list, str, int, bool, None), not {}",
         type_name(obj)
     )))
 }
 
-pub(crate) fn dict_to_json(d: &Bound<'_, PyDict>) -> PyResult<Map<String, Value>> {
+pub(crate) fn dict_to_map(d: &Bound<'_, PyDict>) -> PyResult<Map> {
     let mut m = Map::new();
     for (k, v) in d.iter() {
         let Ok(k) = k.cast::<PyString>() else {
@@ -178,35 +170,14 @@ pub(crate) fn dict_to_json(d: &Bound<'_, PyDict>) -> PyResult<Map<String, Value>
                 type_name(&k)
             )));
         };
-        m.insert(k.to_str()?.to_owned(), py_to_json(&v)?);
+        m.insert(k.to_str()?, py_to_value(&v)?);
     }
     Ok(m)
 }
 
-/// Applies `f!(name, kind)` to every `Config` field, in declaration order.
-macro_rules! config_fields {
-    ($f:ident) => {
-        $f!(unsched_bytes u32; mtu u32; outer_header_bytes u32; link_mbps u32;
-            max_nic_est_backlog_usecs u32; pacer_fifo_fraction u32; defer_min_bytes u32;
-            wmem_max u64; window u32; max_incoming u32; max_overcommit u8;
-            fifo_grant_increment u32; grant_fifo_fraction u32; num_priorities u8;
-            cutoff_version u16; tick_usecs u32; resend_ticks u32; resend_interval u32;
-            timeout_ticks u32; request_ack_ticks u32; ack_timeout_ticks u32;
-            max_message_length u32; max_peers u32;
-            max_rpcs_per_peer u32; max_rx_bytes u64; max_gaps u32; max_pending_control u32;
-            first_client_id u64; seed u64)
-    };
-}
-
-/// Every `Config` field name (for messages and `Endpoint.config`).
+/// Every `Config` field name (for messages and `Endpoint.config`), from the core's table.
 pub(crate) fn config_names() -> Vec<&'static str> {
-    let mut names = Vec::new();
-    macro_rules! collect {
-        ($($name:ident $t:ty);*) => { $(names.push(stringify!($name));)* };
-    }
-    config_fields!(collect);
-    names.push("unsched_cutoffs");
-    names
+    FIELDS.iter().map(|f| f.name).collect()
 }
 
 /// Sets the fields named in `kwargs` on `config` (unknown names are a `TypeError`, values out
@@ -225,66 +196,57 @@ pub(crate) fn apply_config(
         if skip.contains(&key.as_str()) {
             continue;
         }
-        let field_error = |e: PyErr| -> PyErr {
-            if e.is_instance_of::<PyValueError>(py) {
-                errors::config_field(py, &key, format!("invalid config `{key}`: {}", e.value(py)))
-            } else {
-                e
-            }
+        let Some(field) = Field::named(&key) else {
+            return Err(PyTypeError::new_err(format!(
+                "unknown config field `{key}`; the fields are: {}",
+                config_names().join(", ")
+            )));
         };
-        macro_rules! set {
-            ($($name:ident $t:ty);*) => {
-                match key.as_str() {
-                    $(stringify!($name) => {
-                        config.$name = int::<$t>(&v, stringify!($name)).map_err(field_error)?;
-                    })*
-                    "unsched_cutoffs" => {
-                        config.unsched_cutoffs = cutoffs(&v).map_err(field_error)?;
-                    }
-                    other => {
-                        return Err(PyTypeError::new_err(format!(
-                            "unknown config field `{other}`; the fields are: {}",
-                            config_names().join(", ")
-                        )));
-                    }
-                }
-            };
-        }
-        config_fields!(set);
+        let value = config_value(field, &v)?;
+        (field.set)(config, &value).map_err(|e| errors::config(py, &e))?;
     }
     config.validate().map_err(|e| errors::config(py, &e))
 }
 
-fn cutoffs(v: &Bound<'_, PyAny>) -> PyResult<[u32; 8]> {
+/// `v` as the value for `field`: an int, or for `unsched_cutoffs` a sequence of 8 ints
+/// (anything else is a `TypeError`; the range is the field's to check).
+fn config_value(field: &Field, v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let name = field.name;
+    let int = |x: &Bound<'_, PyAny>, what: &str| -> PyResult<Value> {
+        if x.is_instance_of::<PyBool>() || !x.is_instance_of::<PyInt>() {
+            return Err(PyTypeError::new_err(format!(
+                "{what} must be an int, not {}",
+                type_name(x)
+            )));
+        }
+        Ok(Value::Int(
+            x.extract()
+                .map_err(|_| PyValueError::new_err(format!("{what} = {x} is out of range")))?,
+        ))
+    };
+    if field.kind != Kind::Cutoffs {
+        return int(v, name);
+    }
     if v.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err("unsched_cutoffs must be a sequence of 8 ints, not str"));
+        return Err(PyTypeError::new_err(format!("{name} must be a sequence of 8 ints, not str")));
     }
     let items: Vec<Bound<'_, PyAny>> = v
         .try_iter()
-        .map_err(|_| PyTypeError::new_err("unsched_cutoffs must be a sequence of 8 ints"))?
+        .map_err(|_| PyTypeError::new_err(format!("{name} must be a sequence of 8 ints")))?
         .collect::<PyResult<_>>()?;
     if items.len() != 8 {
-        return Err(PyValueError::new_err(format!(
-            "unsched_cutoffs needs 8 entries, got {}",
-            items.len()
-        )));
+        return Err(PyValueError::new_err(format!("{name} needs 8 entries, got {}", items.len())));
     }
-    let mut out = [0u32; 8];
-    for (slot, x) in out.iter_mut().zip(&items) {
-        *slot = int(x, "unsched_cutoffs entry")?;
-    }
-    Ok(out)
+    Ok(Value::List(
+        items.iter().map(|x| int(x, &format!("{name} entry"))).collect::<PyResult<_>>()?,
+    ))
 }
 
 /// A `Config` as a dict of its fields.
 pub(crate) fn config_to_py<'py>(py: Python<'py>, c: &Config) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    macro_rules! put {
-        ($($name:ident $t:ty);*) => {
-            $(d.set_item(stringify!($name), c.$name)?;)*
-        };
+    for f in FIELDS {
+        d.set_item(f.name, value_to_py(py, &(f.get)(c))?)?;
     }
-    config_fields!(put);
-    d.set_item("unsched_cutoffs", c.unsched_cutoffs.to_vec())?;
     Ok(d)
 }

@@ -315,7 +315,7 @@ impl Endpoint {
                 Py::new(py, ResponseReceived { id, cookie, message })?.into_any()
             }
             Event::RpcFailed { id, cookie, reason } => {
-                let reason = conformance::scenarios::reason_name(reason);
+                let reason = reason.name();
                 Py::new(py, RpcFailed { id, cookie, reason })?.into_any()
             }
         };
@@ -331,7 +331,7 @@ impl Endpoint {
     /// A snapshot of the counters, as a dict (the conformance suite's names: ``drops`` is a
     /// dict with a ``total``; per-type counts are dicts keyed by packet type name).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        convert::json_to_py(py, &conformance::scenarios::metrics_json(&self.inner.metrics()))
+        convert::map_to_py(py, &self.inner.metrics().to_value()).map(Bound::into_any)
     }
 
     fn __repr__(&self) -> String {

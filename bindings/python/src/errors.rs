@@ -27,7 +27,7 @@ pub(crate) fn new(py: Python<'_>, class: &str, kind: Option<&str>, message: Stri
 
 /// A misuse of the endpoint API.
 pub(crate) fn api(py: Python<'_>, e: ApiError) -> PyErr {
-    let kind = conformance::scenarios::api_error_name(&e);
+    let kind = e.name();
     let class = match e {
         ApiError::MessageLength { len, max } if len > max as usize => "MessageTooLargeError",
         ApiError::PortInUse(_) => "PortInUseError",

@@ -4,6 +4,8 @@
 //! adds the asyncio API; `_native.pyi` documents every name.
 
 use homa_core::Config;
+use homa_core::wire::fields;
+use homa_core::workload::{self, Workload};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
@@ -29,7 +31,7 @@ fn retain_freed_buffers() -> bool {
 /// payload as hex). Raises ``WireError`` (``kind`` = the error class) for invalid bytes.
 #[pyfunction]
 fn wire_decode<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    let fields = buffer::with_bytes(data, conformance::fields::decode)?;
+    let fields = buffer::with_bytes(data, fields::decode)?;
     let fields = fields.map_err(|e| errors::wire(py, e))?;
     convert::map_to_py(py, &fields)
 }
@@ -40,15 +42,15 @@ fn wire_decode<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound
 /// naming it; fields the wire cannot carry raise ``WireError``.
 #[pyfunction]
 fn wire_encode<'py>(py: Python<'py>, fields: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyBytes>> {
-    let m = convert::dict_to_json(fields)?;
-    let bytes = conformance::fields::encode(&m).map_err(|e| match e {
-        conformance::fields::FieldsError::Wire(w) => errors::wire(py, w),
+    let m = convert::dict_to_map(fields)?;
+    let bytes = fields::encode(&m).map_err(|e| match e {
+        fields::FieldsError::Wire(w) => errors::wire(py, w),
         other => PyValueError::new_err(other.to_string()),
     })?;
     Ok(PyBytes::new(py, &bytes))
 }
 
-/// Unscheduled priority cutoffs for a workload (homa-sim's ``cutoffs_for_workload``): the
+/// Unscheduled priority cutoffs for a workload (``homa_core::workload``): the
 /// top ``unsched_levels`` of ``num_priorities`` levels carry unscheduled packets, split so
 /// each level carries about the same bytes; shorter messages get higher levels. Returns the
 /// 8 entries of ``unsched_cutoffs``, ready for ``Endpoint(unsched_cutoffs=...)``.
@@ -69,7 +71,7 @@ fn cutoffs_for_workload(
     let mut c = Config::default();
     convert::apply_config(py, &mut c, config, &[])?;
     let parsed = if let Ok(name) = workload.cast::<PyString>() {
-        homa_sim::Workload::load(name.to_str()?)
+        Workload::load(name.to_str()?)
     } else {
         let pairs: Vec<(u64, f64)> = workload.extract().map_err(|_| {
             PyTypeError::new_err(
@@ -77,7 +79,7 @@ fn cutoffs_for_workload(
             )
         })?;
         let text: String = pairs.iter().map(|(s, p)| format!("{s} {p}\n")).collect();
-        homa_sim::Workload::parse("custom", &text)
+        Workload::parse("custom", &text)
     };
     let w = parsed.map_err(|e| PyValueError::new_err(format!("workload: {e}")))?;
     let levels = match unsched_levels {
@@ -93,7 +95,7 @@ fn cutoffs_for_workload(
         }
         _ => c.num_priorities - c.max_sched_prio() - 1,
     };
-    Ok(homa_sim::cutoffs_for_workload(&w, &c, levels).to_vec())
+    Ok(workload::cutoffs_for_workload(&w, &c, levels).to_vec())
 }
 
 /// The largest message the Linux module carries (1,000,000 bytes), and the default

@@ -30,7 +30,6 @@ use homa_io::{Cidr, TransportKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyTuple};
-use serde_json::json;
 
 use crate::buffer;
 use crate::convert::{self, addr, addr_to_py, int};
@@ -236,28 +235,14 @@ impl Socket {
 
     /// Counters: ``core`` (the endpoint's, as :meth:`Endpoint.metrics`), ``transport``
     /// (datagrams and system calls), ``dropped_by_allow_list``, ``wakeups`` (of the driver
-    /// thread), ``pending_calls``, ``queued_requests``.
+    /// thread), ``pending_calls``, ``queued_requests``, ``receive_errors``, ``send_errors``.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let live = lock(&self.inner).clone();
         let m = match live {
             Some(s) => s.metrics(),
             None => lock(&self.last_metrics).clone().unwrap_or_default(),
         };
-        let t = m.transport;
-        let v = json!({
-            "core": conformance::scenarios::metrics_json(&m.core),
-            "transport": {
-                "tx_datagrams": t.tx_datagrams, "tx_calls": t.tx_calls,
-                "tx_dropped": t.tx_dropped, "rx_datagrams": t.rx_datagrams,
-                "rx_calls": t.rx_calls, "rx_dropped": t.rx_dropped,
-                "rx_in_place": t.rx_in_place, "unreachable": t.unreachable,
-            },
-            "dropped_by_allow_list": m.dropped_by_allow_list,
-            "wakeups": m.wakeups,
-            "pending_calls": m.pending_calls,
-            "queued_requests": m.queued_requests,
-        });
-        convert::json_to_py(py, &v)
+        convert::map_to_py(py, &m.to_value()).map(Bound::into_any)
     }
 
     /// Closes the socket: pending calls fail with ``ShutdownError``, blocked receivers

@@ -23,6 +23,7 @@ pub mod ack;
 pub mod bare;
 pub mod cutoffs;
 pub mod data;
+pub mod fields;
 pub mod grant;
 pub mod header;
 mod repr;

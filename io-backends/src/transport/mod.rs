@@ -280,6 +280,25 @@ pub struct TransportStats {
     pub unreachable: u64,
 }
 
+impl TransportStats {
+    /// Every counter by its field name.
+    pub fn to_value(&self) -> homa_core::Map {
+        let t = *self;
+        [
+            ("tx_datagrams", t.tx_datagrams),
+            ("tx_calls", t.tx_calls),
+            ("tx_dropped", t.tx_dropped),
+            ("rx_datagrams", t.rx_datagrams),
+            ("rx_calls", t.rx_calls),
+            ("rx_dropped", t.rx_dropped),
+            ("rx_in_place", t.rx_in_place),
+            ("unreachable", t.unreachable),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
 /// How the driver moves Homa packets. All calls are non-blocking; the driver waits for
 /// [`readiness_fd`](Transport::readiness_fd) to become readable (epoll) before `recv`.
 ///

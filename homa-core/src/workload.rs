@@ -1,9 +1,16 @@
-//! Message-size distributions: the paper's W1..W5 (shipped with the crate) and any CDF file in
-//! the same format, sampled as a step function as the Homa simulator does.
+//! Message-size distributions and what they imply for a receiver's priorities: the paper's
+//! W1..W5 (shipped with the crate) and any CDF in the same format, sampled as a step
+//! function as the Homa simulator does; the unscheduled cutoffs that balance a workload's
+//! bytes over the priority levels (what the module's `homa_prio` computes from traffic);
+//! and the packets a message becomes.
 
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 use core::fmt;
 
-use homa_core::testnet::Rng;
+use crate::Config;
+use crate::wire::{self, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 
 /// The workloads of the SIGCOMM 2018 paper, as (name, file text).
 const BUILTIN: [(&str, &str); 5] = [
@@ -42,7 +49,7 @@ impl fmt::Display for WorkloadError {
     }
 }
 
-impl std::error::Error for WorkloadError {}
+impl core::error::Error for WorkloadError {}
 
 fn bad(line: usize, reason: impl Into<String>) -> WorkloadError {
     WorkloadError { line: Some(line), reason: reason.into() }
@@ -109,7 +116,8 @@ impl Workload {
         }
     }
 
-    /// A built-in name (`w1` .. `w5`) or the path of a CDF file.
+    /// A built-in name (`w1` .. `w5`) or the path of a CDF file (feature `std`).
+    #[cfg(feature = "std")]
     pub fn load(name_or_path: &str) -> Result<Workload, WorkloadError> {
         if let Some(w) = Workload::builtin(name_or_path) {
             return Ok(w);
@@ -170,15 +178,15 @@ impl Workload {
         self.sizes.iter().zip(self.probabilities()).map(|(&s, p)| p * f(s)).sum()
     }
 
-    /// Index into [`sizes`](Self::sizes) of a random message.
-    pub fn sample_index(&self, rng: &mut Rng) -> usize {
-        let u = rng.next_f64();
+    /// Index into [`sizes`](Self::sizes) of a random message, for `u` drawn uniformly
+    /// from [0, 1) (the core has no random number generator; the caller brings one).
+    pub fn sample_index(&self, u: f64) -> usize {
         self.cum.partition_point(|&c| c <= u).min(self.sizes.len() - 1)
     }
 
-    /// A random message size.
-    pub fn sample(&self, rng: &mut Rng) -> u64 {
-        self.sizes[self.sample_index(rng)]
+    /// A random message size, for `u` drawn uniformly from [0, 1).
+    pub fn sample(&self, u: f64) -> u64 {
+        self.sizes[self.sample_index(u)]
     }
 
     /// The smallest size whose cumulative probability reaches `q`.
@@ -187,9 +195,117 @@ impl Workload {
     }
 }
 
+/// Message bytes in each DATA packet of a `len`-byte message, as the core packetises it: full
+/// packets, except that the last unscheduled packet may be short (module
+/// `homa_message_out_fill`).
+pub fn data_packets(len: u64, config: &Config) -> impl Iterator<Item = u32> {
+    let max_payload = u64::from(config.max_payload());
+    let unsched = u64::from(config.unsched_bytes).min(len);
+    let mut offset = 0u64;
+    core::iter::from_fn(move || {
+        if offset >= len {
+            return None;
+        }
+        let limit = if offset < unsched { unsched } else { len };
+        let end = (offset + max_payload).min(limit);
+        let payload = (end - offset) as u32;
+        offset = end;
+        Some(payload)
+    })
+}
+
+/// Bytes a DATA packet with `payload` message bytes occupies on the wire: Homa header, the
+/// outer (IP) header and Ethernet framing.
+pub fn data_wire_bytes(payload: u32, config: &Config) -> u32 {
+    config.wire_bytes(wire::data::HEADER_LEN + payload as usize)
+}
+
+/// Bytes a GRANT occupies on the wire.
+pub fn grant_wire_bytes(config: &Config) -> u32 {
+    config.wire_bytes(wire::grant::HEADER_LEN)
+}
+
+/// GRANTs a receiver sends for a message of `len` bytes when its packets arrive in order
+/// and it is granted to at once: one per arriving packet while `received + window` passes
+/// what is granted, until the whole message is granted.
+pub fn grants_for(len: u64, config: &Config) -> u64 {
+    let window =
+        u64::from(if config.window != 0 { config.window } else { config.max_incoming / 2 });
+    let mut grants = 0;
+    let (mut received, mut granted) = (0u64, u64::from(config.unsched_bytes).min(len));
+    for payload in data_packets(len, config) {
+        received += u64::from(payload);
+        if granted < len && received + window > granted {
+            granted = (received + window).min(len);
+            grants += 1;
+        }
+    }
+    grants
+}
+
+/// Unscheduled cutoffs for `workload`, as `Config::unsched_cutoffs`: the top `unsched_levels`
+/// of `config.num_priorities` carry unscheduled packets, split so that each level carries
+/// about the same number of bytes on the wire (HomaSimulation's `STATIC_CBF_GRADUATED` idea;
+/// the module's `homa_prio` balances levels likewise). Shorter messages get higher levels.
+///
+/// The bytes counted are those that travel at unscheduled levels: each message's unscheduled
+/// packets with all their headers, and GRANTs, which share the highest level with the
+/// shortest messages (HomaSimulation's `accountForGrantTraffic`). Levels below the
+/// unscheduled ones are for scheduled packets (the grant scheduler's `max_sched_prio` is the
+/// level just below). Where the sizes are too few for distinct cutoffs, lower unscheduled
+/// levels repeat a cutoff and go unused.
+pub fn cutoffs_for_workload(
+    workload: &Workload,
+    config: &Config,
+    unsched_levels: u8,
+) -> [u32; MAX_PRIORITIES as usize] {
+    let priorities = config.num_priorities.clamp(1, MAX_PRIORITIES);
+    let levels = unsched_levels.clamp(1, priorities);
+    let unsched = u64::from(config.unsched_bytes);
+    let grant = f64::from(grant_wire_bytes(config));
+    let grant_bytes = workload.expect(|s| grants_for(s, config) as f64 * grant);
+    let bytes: Vec<f64> = workload
+        .sizes()
+        .iter()
+        .zip(workload.probabilities())
+        .map(|(&s, p)| {
+            let wire: u32 =
+                data_packets(s.min(unsched), config).map(|b| data_wire_bytes(b, config)).sum();
+            p * f64::from(wire)
+        })
+        .collect();
+    let total = grant_bytes + bytes.iter().sum::<f64>();
+    // Cumulative share of unscheduled-level bytes up to and including each size.
+    let mut cbf = Vec::with_capacity(bytes.len());
+    let mut sum = grant_bytes;
+    for b in &bytes {
+        sum += b;
+        cbf.push(sum / total);
+    }
+    let cap = MAX_MESSAGE_LENGTH - 1;
+    let mut cuts = Vec::new();
+    let mut from = 0;
+    for k in 1..levels {
+        let target = f64::from(k) / f64::from(levels);
+        let i = from + cbf[from..].partition_point(|&c| c < target - 1e-12);
+        let size = workload.sizes().get(i).copied().unwrap_or(u64::MAX);
+        cuts.push(size.min(u64::from(cap)) as u32);
+        from = (i + 1).min(cbf.len());
+    }
+    let mut table = [0u32; MAX_PRIORITIES as usize];
+    let top = usize::from(priorities) - 1;
+    for (j, &c) in cuts.iter().enumerate() {
+        table[top - j] = c.max(if j > 0 { cuts[j - 1] } else { 0 });
+    }
+    table[top + 1 - usize::from(levels)] = MAX_MESSAGE_LENGTH;
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testnet::Rng;
+    use alloc::vec;
 
     #[test]
     fn builtins_parse_with_the_documented_means() {
@@ -211,7 +327,7 @@ mod tests {
             let w = Workload::builtin(name).unwrap();
             let mut rng = Rng::new(42);
             let n = 2_000_000;
-            let sum: f64 = (0..n).map(|_| w.sample(&mut rng) as f64).sum();
+            let sum: f64 = (0..n).map(|_| w.sample(rng.next_f64()) as f64).sum();
             let empirical = sum / f64::from(n);
             let err = (empirical - w.mean()).abs() / w.mean();
             assert!(err < 0.02, "{name}: empirical {empirical} vs {} ({err})", w.mean());
@@ -228,7 +344,7 @@ mod tests {
             let mut counts = vec![0u64; w.sizes().len()];
             let n = 200_000;
             for _ in 0..n {
-                counts[w.sample_index(&mut rng)] += 1;
+                counts[w.sample_index(rng.next_f64())] += 1;
             }
             let mut seen = 0;
             let mut worst = 0.0f64;
@@ -244,7 +360,7 @@ mod tests {
     fn zero_probability_sizes_are_never_drawn() {
         let w = Workload::parse("t", "10 0\n20 0.5\n30 1\n").unwrap();
         let mut rng = Rng::new(1);
-        assert!((0..10_000).all(|_| w.sample(&mut rng) != 10));
+        assert!((0..10_000).all(|_| w.sample(rng.next_f64()) != 10));
         assert_eq!(w.mean(), 25.0);
     }
 
