@@ -218,18 +218,9 @@ impl Slots {
     }
 }
 
-/// The short name of a failure, as counted in the report.
+/// The short name of a failure, as counted in the report ([`homa_io::Error::name`]).
 pub(crate) fn error_kind(e: &homa_io::Error) -> &'static str {
-    match e {
-        homa_io::Error::TimedOut => "timed_out",
-        homa_io::Error::Unreachable(_) => "unreachable",
-        homa_io::Error::Aborted => "aborted",
-        homa_io::Error::Shutdown => "shutdown",
-        homa_io::Error::Rejected(_) => "rejected",
-        homa_io::Error::MessageLength { .. } => "message_length",
-        homa_io::Error::Io(_) => "io",
-        _ => "other",
-    }
+    e.name()
 }
 
 /// What the collector measured.

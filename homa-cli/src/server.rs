@@ -78,12 +78,12 @@ pub(crate) fn bind(builder: &Builder, ip: IpAddr, port: u16) -> homa_io::Result<
     let mut last = None;
     for _ in 0..1000 {
         match builder.clone().bind(SocketAddr::new(ip, candidate)) {
-            Err(e @ homa_io::Error::PortInUse(_)) => last = Some(e),
+            Err(e @ homa_io::Error::Api(homa_core::ApiError::PortInUse(_))) => last = Some(e),
             other => return other,
         }
         candidate = if candidate >= 32_767 { 10_000 } else { candidate + 1 };
     }
-    Err(last.unwrap_or(homa_io::Error::PortInUse(candidate)))
+    Err(last.unwrap_or(homa_core::ApiError::PortInUse(candidate).into()))
 }
 
 /// SIGINT and SIGTERM, blocked in the calling thread (and every thread it starts later),

@@ -112,7 +112,7 @@ fn homa(builder: Builder) -> homa_io::Result<(TransportKind, Vec<Duration>)> {
     let mut port = 20_000 + (std::process::id() % 10_000) as u16;
     let server = loop {
         match builder.clone().bind(SocketAddr::from(([127, 0, 0, 1], port))) {
-            Err(homa_io::Error::PortInUse(_)) => port += 1,
+            Err(homa_io::Error::Api(homa_io::ApiError::PortInUse(_))) => port += 1,
             other => break Arc::new(other?),
         }
     };

@@ -10,19 +10,16 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a socket call failed. Argument errors change nothing and can be retried with other
 /// arguments; RPC failures (`TimedOut`, `Unreachable`, `Aborted`, `Shutdown`) end that RPC.
+/// [`name`](Error::name) gives the kind every binding names alike.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A server port must be 1..=32767 (0 is reserved; 32768.. are ephemeral client ports),
-    /// and so must a destination's port.
-    #[error("port {0} is not a Homa server port (server ports are 1..=32767)")]
-    InvalidPort(u16),
-    /// Another socket holds this port.
-    #[error("port {0} is already in use")]
-    PortInUse(u16),
-    /// Messages hold 1..=`Config::max_message_length` bytes (1,000,000 by default).
-    #[error("message of {len} bytes: Homa messages hold 1..={max} bytes")]
-    MessageLength { len: usize, max: u32 },
+    /// The Homa endpoint refused the call and changed nothing: a bad argument (a port
+    /// outside 1..=32767, a message outside 1..=`max_message_length` bytes, a port in use)
+    /// or a limit (too many peers, the outgoing byte limit `wmem_max`, no ephemeral port
+    /// left). Also for a port another socket holds.
+    #[error(transparent)]
+    Api(#[from] ApiError),
     /// The destination's address family differs from the socket's (IPv4 vs IPv6).
     #[error("{0} has another address family than this socket")]
     AddressFamily(SocketAddr),
@@ -57,22 +54,28 @@ pub enum Error {
     /// (drop its [`Poller`](crate::Poller) first).
     #[error("an event loop drives this socket already")]
     PollerExists,
-    /// The Homa endpoint refused the call for another reason (too many peers, the outgoing
-    /// byte limit `wmem_max` reached, no ephemeral port left).
-    #[error(transparent)]
-    Rejected(ApiError),
     /// The operating system refused a socket operation.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
 }
 
-impl From<ApiError> for Error {
-    fn from(e: ApiError) -> Error {
-        match e {
-            ApiError::MessageLength { len, max } => Error::MessageLength { len, max },
-            ApiError::InvalidPort(p) => Error::InvalidPort(p),
-            ApiError::PortInUse(p) => Error::PortInUse(p),
-            other => Error::Rejected(other),
+impl Error {
+    /// The error's kind, as every binding names it: the endpoint's ([`ApiError::name`],
+    /// e.g. `"port_in_use"`, `"message_length"`) or `"address_family"`, `"unreachable"`,
+    /// `"timed_out"`, `"aborted"`, `"shutdown"`, `"missing_capability"`, `"config"`,
+    /// `"poller_exists"`, `"io"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Error::Api(e) => e.name(),
+            Error::AddressFamily(_) => "address_family",
+            Error::Unreachable(_) => "unreachable",
+            Error::TimedOut => "timed_out",
+            Error::Aborted => "aborted",
+            Error::Shutdown => "shutdown",
+            Error::MissingCapability { .. } => "missing_capability",
+            Error::Config(_) => "config",
+            Error::PollerExists => "poller_exists",
+            Error::Io(_) => "io",
         }
     }
 }

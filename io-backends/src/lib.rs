@@ -48,7 +48,7 @@ pub mod transport;
 
 pub use cidr::{Cidr, CidrParseError};
 pub use error::{Error, Result};
-pub use homa_core::{Config, Payload};
+pub use homa_core::{ApiError, Config, Payload};
 pub use malloc::retain_freed_buffers;
 pub use socket::{Builder, Call, Metrics, Poller, RecvRequest, Request, Socket};
 pub use transport::{Transport, TransportKind, TransportStats};

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use homa_core::config::Problem;
-use homa_core::{Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT, Payload, ServerRpc};
+use homa_core::{ApiError, Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT, Payload, ServerRpc};
 
 use crate::cidr::Cidr;
 use crate::driver::{Completion, Incoming, Shared};
@@ -100,7 +100,7 @@ impl Builder {
     pub fn bind(self, addr: SocketAddr) -> Result<Socket> {
         let port = addr.port();
         if port == 0 || port >= MIN_EPHEMERAL_PORT {
-            return Err(Error::InvalidPort(port));
+            return Err(ApiError::InvalidPort(port).into());
         }
         self.open(addr, Some(port))
     }
@@ -116,7 +116,7 @@ impl Builder {
             && let Some(port) = server
             && raw_ports().contains(&port)
         {
-            return Err(Error::PortInUse(port));
+            return Err(ApiError::PortInUse(port).into());
         }
         let transport = transport::open(self.kind, local)?;
         let mut config = self.config;
@@ -189,7 +189,7 @@ fn claim_raw_port(endpoint: &mut Endpoint, mut port: u16, server: bool) -> Resul
     let mut taken = raw_ports();
     while taken.contains(&port) {
         if server {
-            return Err(Error::PortInUse(port));
+            return Err(ApiError::PortInUse(port).into());
         }
         let next = endpoint.bind_ephemeral()?;
         let _ = endpoint.unbind(port);
@@ -380,7 +380,7 @@ impl Socket {
             inner.settle(false);
             found
         });
-        if found { Ok(()) } else { Err(Error::Rejected(homa_core::ApiError::UnknownRpc(id))) }
+        if found { Ok(()) } else { Err(ApiError::UnknownRpc(id).into()) }
     }
 
     /// Blocks until a request arrives (servers only; a client socket never gets one).
@@ -512,10 +512,10 @@ impl Call {
     /// if the call is still pending then (it goes on; wait again, poll it, or drop it to
     /// abort it). Lets a blocking caller wake up periodically, e.g. to check for signals.
     /// Once it has returned `Some`, later calls return
-    /// `Some(Err(Error::Rejected(UnknownRpc)))`, as would [`Socket::abort`].
+    /// `Some(Err(Error::Api(ApiError::UnknownRpc)))`, as would [`Socket::abort`].
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Vec<u8>>> {
         if self.done {
-            return Some(Err(Error::Rejected(homa_core::ApiError::UnknownRpc(self.id))));
+            return Some(Err(ApiError::UnknownRpc(self.id).into()));
         }
         let until = std::time::Instant::now() + timeout;
         // Leadership ends with the wait; the next wait claims it again if it is free.
@@ -655,7 +655,8 @@ impl Request {
     }
 
     /// Sends the response. Succeeds silently if the client has gone away (as the module's
-    /// `sendmsg` does); fails with [`Error::MessageLength`] or [`Error::Shutdown`].
+    /// `sendmsg` does); fails with a message length error ([`Error::Api`]) or
+    /// [`Error::Shutdown`].
     pub fn reply(mut self, message: impl Into<Payload>) -> Result<()> {
         let message = message.into();
         let rpc = self.rpc;

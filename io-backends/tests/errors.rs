@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 
 use common::{bind_server, candidate_port, echo, is_root, loopback_v4};
 use homa_io::transport::{Batch, Datagram, RECV_SLOT_LEN};
-use homa_io::{Error, Socket, TransportKind};
+use homa_io::{ApiError, Error, Socket, TransportKind};
 
 /// A bound UDP socket on a Homa server port that never answers.
 fn silent_peer(ip: IpAddr) -> UdpSocket {
@@ -45,11 +45,17 @@ fn server_ports_must_be_1_to_32767() {
     let ip = loopback_v4();
     for port in [0, 32768, 40000, 65535] {
         let r = Socket::bind(SocketAddr::new(ip, port));
-        assert!(matches!(r, Err(Error::InvalidPort(p)) if p == port), "port {port}: {r:?}");
+        assert!(
+            matches!(r, Err(Error::Api(ApiError::InvalidPort(p))) if p == port),
+            "port {port}: {r:?}"
+        );
     }
     let server = bind_server(Socket::builder(), ip);
     let again = Socket::bind(server.local_addr());
-    assert!(matches!(again, Err(Error::PortInUse(p)) if p == server.port()), "{again:?}");
+    assert!(
+        matches!(again, Err(Error::Api(ApiError::PortInUse(p))) if p == server.port()),
+        "{again:?}"
+    );
 }
 
 #[test]
@@ -58,21 +64,21 @@ fn bad_call_arguments_are_typed_errors() {
     let client = Socket::client(loopback_v4()).unwrap();
     let to = server.local_addr();
     let empty = client.call(to, Vec::new(), None);
-    assert!(matches!(empty, Err(Error::MessageLength { len: 0, .. })), "{empty:?}");
+    assert!(matches!(empty, Err(Error::Api(ApiError::MessageLength { len: 0, .. }))), "{empty:?}");
     let huge = client.call_async(to, vec![0; 1_000_001], None);
     assert!(
-        matches!(huge, Err(Error::MessageLength { len: 1_000_001, max: 1_000_000 })),
+        matches!(huge, Err(Error::Api(ApiError::MessageLength { len: 1_000_001, max: 1_000_000 }))),
         "{huge:?}"
     );
     for port in [0, 32768] {
         let r = client.call(SocketAddr::new(to.ip(), port), vec![1], None);
-        assert!(matches!(r, Err(Error::InvalidPort(p)) if p == port), "{r:?}");
+        assert!(matches!(r, Err(Error::Api(ApiError::InvalidPort(p))) if p == port), "{r:?}");
     }
     let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 1000);
     let r = client.call(v6, vec![1], None);
     assert!(matches!(r, Err(Error::AddressFamily(a)) if a == v6), "{r:?}");
     let r = client.abort(12345678);
-    assert!(matches!(r, Err(Error::Rejected(_))), "{r:?}");
+    assert!(matches!(r, Err(Error::Api(_))), "{r:?}");
     // Nothing above disturbed the socket.
     let server = Arc::new(server);
     let echoer = echo(&server);

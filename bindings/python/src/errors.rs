@@ -57,9 +57,6 @@ pub(crate) fn io(py: Python<'_>, e: homa_io::Error) -> PyErr {
     use homa_io::Error as E;
     let message = e.to_string();
     match e {
-        E::InvalidPort(_) => new(py, "InvalidArgumentError", Some("invalid_port"), message),
-        E::PortInUse(_) => new(py, "PortInUseError", Some("port_in_use"), message),
-        E::MessageLength { len, max } => api(py, ApiError::MessageLength { len, max }),
         E::AddressFamily(_) => new(py, "InvalidArgumentError", Some("address_family"), message),
         E::Unreachable(_) => new(py, "PeerUnknownError", Some("unreachable"), message),
         E::TimedOut => new(py, "TimeoutError", None, message),
@@ -67,7 +64,7 @@ pub(crate) fn io(py: Python<'_>, e: homa_io::Error) -> PyErr {
         E::Shutdown => new(py, "ShutdownError", None, message),
         E::MissingCapability { .. } => new(py, "MissingCapabilityError", None, message),
         E::Config(c) => config(py, &c),
-        E::Rejected(api_error) => api(py, api_error),
+        E::Api(api_error) => api(py, api_error),
         E::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
             new(py, "PortInUseError", Some("port_in_use"), message)
         }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
 use std::time::Duration;
 
-use homa_core::{Event, FailReason, Instant, Payload, ServerRpc};
+use homa_core::{ApiError, Event, FailReason, Instant, Payload, ServerRpc};
 
 use super::Inner;
 use crate::error::{Error, Result};
@@ -252,7 +252,7 @@ impl Inner {
             return Err(Error::Shutdown);
         }
         if dest.port() == 0 || dest.port() >= homa_core::MIN_EPHEMERAL_PORT {
-            return Err(Error::InvalidPort(dest.port()));
+            return Err(ApiError::InvalidPort(dest.port()).into());
         }
         let transport = self.transport.as_ref().ok_or(Error::Shutdown)?;
         let peer = transport.peer(dest).ok_or(Error::AddressFamily(dest))?;

@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
+use homa_core::ApiError;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::sys::{self, MmsgScratch, RecvMode, Reports};
@@ -94,7 +95,7 @@ impl SocketTransport {
             socket.set_only_v6(true)?;
         }
         socket.bind(&local.into()).map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => Error::PortInUse(local.port()),
+            Some(libc::EADDRINUSE) => ApiError::PortInUse(local.port()).into(),
             _ => Error::Io(e),
         })?;
         SocketTransport::finish(socket, TransportKind::Udp, local.is_ipv6())

@@ -45,7 +45,7 @@ pub fn bind_server(builder: Builder, ip: IpAddr) -> Socket {
     for _ in 0..200 {
         match builder.clone().bind(SocketAddr::new(ip, candidate_port())) {
             Ok(s) => return s,
-            Err(Error::PortInUse(_)) => continue,
+            Err(Error::Api(homa_io::ApiError::PortInUse(_))) => continue,
             Err(e) => panic!("cannot bind a server: {e}"),
         }
     }
