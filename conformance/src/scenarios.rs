@@ -439,7 +439,11 @@ impl Runner {
 
     fn check_transmits(&mut self, now: u64, want: &[ExpectedTransmit]) -> Result<(), String> {
         let mut got = Vec::new();
-        while let Some(t) = self.endpoint.poll_transmit(now, &mut self.buf) {
+        while let Some(t) = self
+            .endpoint
+            .poll_transmit(now, &mut self.buf)
+            .expect("the buffer holds max_packet_len")
+        {
             let bytes = &self.buf[..t.len];
             let decoded = fields::decode(bytes).map_err(|e| {
                 format!("transmit {} does not decode ({e}): {}", got.len(), hex::encode(bytes))

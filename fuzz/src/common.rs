@@ -248,7 +248,9 @@ impl Node {
         let deadline = self.ep.poll_timeout();
         if now > self.clock && deadline.is_none_or(|d| now < d) {
             self.see(now);
-            if let Some(t) = self.ep.poll_transmit(now, &mut self.buf) {
+            if let Some(t) =
+                self.ep.poll_transmit(now, &mut self.buf).expect("the buffer holds max_packet_len")
+            {
                 panic!(
                     "poll_transmit gave a packet ({t:?}) at {now}, before the deadline {deadline:?}"
                 );
@@ -329,9 +331,14 @@ impl Node {
         let gather = self.handed.is_multiple_of(2);
         loop {
             let next = if gather {
-                self.ep.poll_transmit_gather(self.clock, &mut self.buf)
+                self.ep
+                    .poll_transmit_gather(self.clock, &mut self.buf)
+                    .expect("the buffer holds max_packet_len")
             } else {
-                self.ep.poll_transmit(self.clock, &mut self.buf).map(|t| (t, None))
+                self.ep
+                    .poll_transmit(self.clock, &mut self.buf)
+                    .expect("the buffer holds max_packet_len")
+                    .map(|t| (t, None))
             };
             let Some((mut t, slice)) = next else { break };
             if let Some(s) = slice {

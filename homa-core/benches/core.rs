@@ -102,7 +102,7 @@ fn data_in_grant_out(bencher: Bencher<'_, '_>) {
         offset += len as u32;
         server.handle_packet(0, from, &packet[..56 + len]).unwrap();
         let mut grants = 0;
-        while let Some(t) = server.poll_transmit(0, &mut buf) {
+        while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
             grants += usize::from(buf[11] == PacketType::Grant.code());
             black_box(t);
         }
@@ -149,7 +149,7 @@ fn idle_server(rpcs: u64) -> Endpoint {
     for i in 0..rpcs {
         packet[20..28].copy_from_slice(&(2 + 2 * i).to_be_bytes());
         server.handle_packet(0, from, &packet[..156]).unwrap();
-        while server.poll_transmit(0, &mut buf).is_some() {}
+        while server.poll_transmit(0, &mut buf).unwrap().is_some() {}
     }
     while server.poll_event().is_some() {}
     assert_eq!(server.rpc_count() as u64, rpcs);

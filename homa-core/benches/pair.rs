@@ -43,7 +43,7 @@ impl Pair {
         let mut response = None;
         loop {
             let mut moved = false;
-            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
+            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf).unwrap() {
                 let _ = self.server.handle_packet(self.now, self.client_addr, &self.buf[..t.len]);
                 moved = true;
             }
@@ -56,7 +56,7 @@ impl Pair {
                     self.server.send_response(self.now, rpc, response).unwrap();
                 }
             }
-            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
+            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf).unwrap() {
                 let _ = self.client.handle_packet(self.now, self.server_addr, &self.buf[..t.len]);
                 moved = true;
             }

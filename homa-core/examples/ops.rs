@@ -64,7 +64,7 @@ fn main() {
                 let len = (1_000_000 - offset).min(1424) as usize;
                 offset += len as u32;
                 server.handle_packet(0, from, &packet[..56 + len]).unwrap();
-                while let Some(t) = server.poll_transmit(0, &mut buf) {
+                while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
                     black_box(t);
                 }
                 while let Some(e) = server.poll_event() {

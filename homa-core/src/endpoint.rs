@@ -33,6 +33,26 @@ pub struct Transmit {
     pub priority: u8,
 }
 
+/// A buffer handed to [`Endpoint::poll_transmit`] shorter than the packets the endpoint
+/// may write ([`Config::max_packet_len`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferTooShort {
+    pub len: usize,
+    pub need: usize,
+}
+
+impl core::fmt::Display for BufferTooShort {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "a {}-byte transmit buffer: packets need up to {} (max_packet_len)",
+            self.len, self.need
+        )
+    }
+}
+
+impl core::error::Error for BufferTooShort {}
+
 /// A request a server received: the handle to answer it with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ServerRpc {
@@ -350,12 +370,13 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// When the endpoint next needs `handle_timeout` or `poll_transmit`: a time at or before
-    /// the last `now` seen whenever a packet is ready (the pacer's next slot included).
+    /// When the endpoint next needs `handle_timeout`, `poll_transmit` or `poll_event`: a time
+    /// at or before the last `now` seen whenever a packet or an event is ready (the pacer's
+    /// next slot included).
     /// `None` when nothing is pending. A timer set for an RPC that has since ended may still
     /// be reported once (its `handle_timeout` is a no-op). Amortised O(1).
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        if !self.tx.control.is_empty() || !self.tx.resends.is_empty() {
+        if !self.tx.control.is_empty() || !self.tx.resends.is_empty() || !self.events.is_empty() {
             return Some(self.now);
         }
         let data = self.peek_sendable().map(|key| {
@@ -399,10 +420,16 @@ impl Endpoint {
         self.rpcs.len()
     }
 
-    /// Writes the next packet into `buf` and says where it goes. `buf` must hold
-    /// [`Config::max_packet_len`] bytes; returns `None` when nothing may be sent now.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.transmit(now, buf, None)
+    /// Writes the next packet into `buf` and says where it goes; `None` when nothing may
+    /// be sent now. `buf` must hold [`Config::max_packet_len`] bytes: a shorter one is
+    /// refused, and nothing changes.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        self.check_buffer(buf)?;
+        Ok(self.transmit(now, buf, None))
     }
 
     /// As [`poll_transmit`](Endpoint::poll_transmit), but a DATA packet of a message longer
@@ -413,10 +440,15 @@ impl Endpoint {
         &mut self,
         now: Instant,
         buf: &mut [u8],
-    ) -> Option<(Transmit, Option<PayloadSlice>)> {
+    ) -> Result<Option<(Transmit, Option<PayloadSlice>)>, BufferTooShort> {
+        self.check_buffer(buf)?;
         let mut slice = None;
-        let t = self.transmit(now, buf, Some(&mut slice))?;
-        Some((t, slice))
+        Ok(self.transmit(now, buf, Some(&mut slice)).map(|t| (t, slice)))
+    }
+
+    fn check_buffer(&self, buf: &[u8]) -> Result<(), BufferTooShort> {
+        let need = self.config.max_packet_len();
+        if buf.len() < need { Err(BufferTooShort { len: buf.len(), need }) } else { Ok(()) }
     }
 
     /// The next packet; with `gather`, a multi-packet message's bytes go there instead of
@@ -429,9 +461,6 @@ impl Endpoint {
         mut gather: Option<&mut Option<PayloadSlice>>,
     ) -> Option<Transmit> {
         self.advance(now);
-        if buf.len() < self.config.max_packet_len() {
-            return None;
-        }
         if let Some(c) = self.tx.control.pop_front() {
             return Some(self.emit_control(c, buf));
         }

@@ -19,7 +19,7 @@
 //! ([`Endpoint::poll_event`]) and a deadline ([`Endpoint::poll_timeout`]). The rule:
 //!
 //! 1. after **any** input (or a batch of inputs handed in at one `now`, e.g. the packets of
-//!    one receive call), call `poll_transmit` until it returns `None` and `poll_event`
+//!    one receive call), call `poll_transmit` until it returns `Ok(None)` and `poll_event`
 //!    until it returns `None`;
 //! 2. then read `poll_timeout` and sleep until that time or until a packet arrives;
 //! 3. when the deadline passes, call `handle_timeout(now)` and go to 1.
@@ -49,10 +49,10 @@
 //! let mut response = None;
 //! while response.is_none() {
 //!     // Move every ready packet across (a real driver sends them on a socket).
-//!     while let Some(t) = client.poll_transmit(now, &mut buf) {
+//!     while let Some(t) = client.poll_transmit(now, &mut buf).unwrap() {
 //!         server.handle_packet(now, a_addr, &buf[..t.len]).unwrap();
 //!     }
-//!     while let Some(t) = server.poll_transmit(now, &mut buf) {
+//!     while let Some(t) = server.poll_transmit(now, &mut buf).unwrap() {
 //!         client.handle_packet(now, b_addr, &buf[..t.len]).unwrap();
 //!     }
 //!     while let Some(event) = server.poll_event() {
@@ -104,7 +104,9 @@ pub mod wire;
 pub mod workload;
 
 pub use config::{Config, ConfigError};
-pub use endpoint::{Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, ServerRpc, Transmit};
+pub use endpoint::{
+    BufferTooShort, Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, ServerRpc, Transmit,
+};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use msg::{Payload, PayloadSlice};

@@ -710,7 +710,10 @@ impl Network {
                 }
                 let NodeKind::Host { endpoint, uplink, .. } = &mut self.nodes[host] else { return };
                 let uplink = *uplink;
-                let Some(t) = endpoint.poll_transmit(self.now, &mut bytes) else {
+                let Some(t) = endpoint
+                    .poll_transmit(self.now, &mut bytes)
+                    .expect("the network's buffers hold every endpoint's packets")
+                else {
                     self.pool.push(bytes);
                     break;
                 };

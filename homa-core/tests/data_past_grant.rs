@@ -31,7 +31,7 @@ fn data_sent_past_the_grant_is_not_counted_as_outstanding() {
     let mut buf = vec![0; config.max_packet_len()];
     let mut granted = 0;
     let mut grants = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
-        while let Some(t) = ep.poll_transmit(0, buf) {
+        while let Some(t) = ep.poll_transmit(0, buf).unwrap() {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
                 granted = g.offset;
             }

@@ -49,8 +49,8 @@ fn compare_now(
 ) -> (usize, usize) {
     let (mut packets, mut sliced) = (0, 0);
     loop {
-        let w = written.poll_transmit(now, buf);
-        let g = gathered.poll_transmit_gather(now, head);
+        let w = written.poll_transmit(now, buf).unwrap();
+        let g = gathered.poll_transmit_gather(now, head).unwrap();
         let (mut g, slice) = match (w, g) {
             (Some(_), Some(g)) => g,
             (None, None) => return (packets, sliced),

@@ -24,7 +24,7 @@ fn no_grant_repeats_an_offset_once_the_message_is_fully_granted() {
         let len = config.max_payload().min(length - offset);
         ep.handle_packet(0, from, &request_data(length, 10_000, offset, len as usize)).unwrap();
         offset += len;
-        while let Some(t) = ep.poll_transmit(0, &mut buf) {
+        while let Some(t) = ep.poll_transmit(0, &mut buf).unwrap() {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
                 grants.push((offset, g.offset));
             }
@@ -50,7 +50,7 @@ fn a_batch_of_data_draws_one_grant_per_message() {
     let mut buf = vec![0; config.max_packet_len()];
     let mut grants = |ep: &mut Endpoint| {
         let mut out = Vec::new();
-        while let Some(t) = ep.poll_transmit(0, &mut buf) {
+        while let Some(t) = ep.poll_transmit(0, &mut buf).unwrap() {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
                 out.push((g.offset, g.priority));
             }

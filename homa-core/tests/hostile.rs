@@ -91,7 +91,7 @@ fn garbage_and_mutations_never_break_an_endpoint() {
             mutate(&mut rng, a, b)
         };
         let _ = ep.handle_packet(now, from, &bytes);
-        while let Some(t) = ep.poll_transmit(now, &mut buf) {
+        while let Some(t) = ep.poll_transmit(now, &mut buf).unwrap() {
             assert!(t.len <= buf.len());
         }
         while let Some(event) = ep.poll_event() {
@@ -141,8 +141,8 @@ fn extreme_settings_and_clocks_do_not_overflow() {
     let mut buf = vec![0; c.max_packet_len()];
     // The first grant runs the FIFO check (twice the increment) at the latest time.
     ep.handle_packet(late, from, &request_data(1_000_000, 10_000, 0, 1_000)).unwrap();
-    while ep.poll_transmit(late, &mut buf).is_some() {}
+    while ep.poll_transmit(late, &mut buf).unwrap().is_some() {}
     // The pacer's clock near its end too.
     ep.send_request(late, SERVER_PORT, from, 4000, vec![1u8; 100_000], 0).unwrap();
-    while ep.poll_transmit(late, &mut buf).is_some() {}
+    while ep.poll_transmit(late, &mut buf).unwrap().is_some() {}
 }

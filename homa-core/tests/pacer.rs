@@ -23,7 +23,7 @@ fn data_times(receiving: bool, config: &Config) -> (Vec<u64>, Vec<PacketType>) {
     let (mut buf, mut now) = (vec![0; config.max_packet_len()], 0);
     let (mut times, mut sent) = (Vec::new(), Vec::new());
     while times.len() < 3 {
-        while let Some(t) = ep.poll_transmit(now, &mut buf) {
+        while let Some(t) = ep.poll_transmit(now, &mut buf).unwrap() {
             let kind = wire::Repr::parse(&buf[..t.len]).unwrap().packet_type();
             if kind == PacketType::Data {
                 times.push(now);

@@ -45,7 +45,7 @@ fn run(take: Take) -> Run {
     let mut buf = vec![0; c.config().max_packet_len()];
     let (mut placed, mut server_packets) = (0, vec![]);
     for now in (0..100 * MS).step_by(1_000) {
-        while let Some(t) = c.poll_transmit(now, &mut buf) {
+        while let Some(t) = c.poll_transmit(now, &mut buf).unwrap() {
             let packet = &buf[..t.len];
             let payload_len = packet.len().saturating_sub(HEADER_LEN);
             if take == Take::AbandonFirst {
@@ -65,7 +65,7 @@ fn run(take: Take) -> Run {
                 s.handle_packet(now, client, packet).unwrap();
             }
         }
-        while let Some(t) = s.poll_transmit(now, &mut buf) {
+        while let Some(t) = s.poll_transmit(now, &mut buf).unwrap() {
             server_packets.push(buf[..t.len].to_vec());
             c.handle_packet(now, server, &buf[..t.len]).unwrap();
         }
@@ -103,7 +103,7 @@ fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped
     c.send_request(0, port, server, SERVER_PORT, pattern(LEN, 7), 0).unwrap();
     let mut buf = vec![0; c.config().max_packet_len()];
     let mut packets = vec![];
-    while let Some(t) = c.poll_transmit(0, &mut buf) {
+    while let Some(t) = c.poll_transmit(0, &mut buf).unwrap() {
         packets.push(buf[..t.len].to_vec());
     }
     assert!(packets.len() >= 4, "{} unscheduled packets", packets.len());
@@ -143,10 +143,10 @@ fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped
         }
         now += 100_000;
         assert!(now < 100 * MS, "the request never arrived");
-        while let Some(t) = s.poll_transmit(now, &mut buf) {
+        while let Some(t) = s.poll_transmit(now, &mut buf).unwrap() {
             c.handle_packet(now, server, &buf[..t.len]).unwrap();
         }
-        while let Some(t) = c.poll_transmit(now, &mut buf) {
+        while let Some(t) = c.poll_transmit(now, &mut buf).unwrap() {
             s.handle_packet(now, client, &buf[..t.len]).unwrap();
         }
     };

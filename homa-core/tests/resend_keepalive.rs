@@ -38,7 +38,7 @@ fn ticks_to_time_out(length: u32, each_tick: &[u8]) -> (u64, homa_core::Metrics)
         let now = t * tick + tick / 2;
         ep.handle_packet(now, client, each_tick).unwrap();
         ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).is_some() {}
+        while ep.poll_transmit(now, &mut buf).unwrap().is_some() {}
         if ep.rpc_count() == 0 {
             assert_eq!(ep.metrics().server_timeouts, 1);
             return (t, ep.metrics());
@@ -60,10 +60,10 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
     let server: SocketAddr = "198.18.0.2:4000".parse().unwrap();
     let id = ep.send_request(0, port, server, SERVER_PORT, vec![1, 2, 3], 0).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
-    while ep.poll_transmit(0, &mut buf).is_some() {}
+    while ep.poll_transmit(0, &mut buf).unwrap().is_some() {}
     let sent = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
         let mut types = Vec::new();
-        while let Some(t) = ep.poll_transmit(1000, buf) {
+        while let Some(t) = ep.poll_transmit(1000, buf).unwrap() {
             types.push(wire::Repr::parse(&buf[..t.len]).unwrap().packet_type());
         }
         types

@@ -123,12 +123,12 @@ fn late_timer_calls_still_resend() {
     let server = "198.18.0.2:4000".parse().unwrap();
     ep.send_request(0, port, server, 1, vec![1; 100], 0).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
-    while ep.poll_transmit(0, &mut buf).is_some() {}
+    while ep.poll_transmit(0, &mut buf).unwrap().is_some() {}
     let mut resends = 0;
     for k in 1..=4u64 {
         let now = k * 7 * config.tick(); // 7 ticks apart, never on a planned tick
         ep.handle_timeout(now);
-        while let Some(t) = ep.poll_transmit(now, &mut buf) {
+        while let Some(t) = ep.poll_transmit(now, &mut buf).unwrap() {
             assert_eq!(buf[11], homa_core::wire::PacketType::Resend.code());
             assert_eq!(t.to, server);
             resends += 1;
@@ -144,4 +144,23 @@ fn client_ids_start_where_configured() {
     let dest = "198.18.0.2:4000".parse().unwrap();
     assert_eq!(ep.send_request(0, port, dest, 1, vec![1], 0), Ok(1 << 40));
     assert_eq!(ep.send_request(0, port, dest, 1, vec![1], 0), Ok((1 << 40) + 2));
+}
+
+#[test]
+fn a_short_transmit_buffer_is_refused_and_an_event_waiting_is_due_now() {
+    use homa_core::BufferTooShort;
+    let mut ep = Endpoint::new(Config::default()).unwrap();
+    let port = ep.bind_ephemeral().unwrap();
+    let server: std::net::SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    ep.send_request(0, port, server, 99, vec![1; 100], 0).unwrap();
+    let need = ep.config().max_packet_len();
+    let mut short = vec![0; need - 1];
+    assert_eq!(ep.poll_transmit(0, &mut short), Err(BufferTooShort { len: need - 1, need }));
+    let mut buf = vec![0; need];
+    assert!(ep.poll_transmit(0, &mut buf).unwrap().is_some(), "the refusal lost nothing");
+    // An event not yet taken is work due now.
+    ep.handle_unreachable(server, None);
+    assert_eq!(ep.poll_timeout(), Some(0));
+    assert!(ep.poll_event().is_some());
+    assert!(ep.poll_timeout().is_none_or(|d| d > 0), "nothing is due once it is taken");
 }

@@ -292,7 +292,11 @@ impl Endpoint {
         now: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Transmit>> {
         let now = int(now, "now")?;
-        let Some(t) = self.inner.poll_transmit(now, &mut self.buf) else { return Ok(None) };
+        let Some(t) =
+            self.inner.poll_transmit(now, &mut self.buf).expect("the buffer holds max_packet_len")
+        else {
+            return Ok(None);
+        };
         Ok(Some(Transmit {
             to: addr_to_py(py, t.to)?.unbind(),
             priority: t.priority,

@@ -128,14 +128,16 @@ pub(crate) fn packet(h: header::Repr, body: Body<'_>) -> Vec<u8> {
 }
 
 /// Runs `ep`'s timers (dropping what they send) until it has no deadline left, starting at
-/// `now`; panics if work is still due after `limit`. Returns the time it went idle.
-pub(crate) fn run_timers_until_idle(ep: &mut Endpoint, mut now: u64, limit: u64) -> u64 {
+/// `now`; panics if work is still due after `limit`. Returns the events it produced.
+pub(crate) fn run_timers_until_idle(ep: &mut Endpoint, mut now: u64, limit: u64) -> Vec<Event> {
     let mut buf = vec![0; ep.config().max_packet_len()];
+    let mut events = vec![];
     while let Some(deadline) = ep.poll_timeout() {
         now = now.max(deadline);
         ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).is_some() {}
+        while ep.poll_transmit(now, &mut buf).unwrap().is_some() {}
+        events.extend(std::iter::from_fn(|| ep.poll_event()));
         assert!(now <= limit, "still busy at {now} ns: {:?}", ep.metrics());
     }
-    now
+    events
 }

@@ -261,7 +261,7 @@ impl Setup {
             }
         }
         self.net.wire().recv_error = recv_error;
-        while let Some(t) = server.poll_transmit(0, &mut buf) {
+        while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
             self.net.deliver(SERVER.parse().unwrap(), buf[..t.len].to_vec());
         }
     }
@@ -419,7 +419,7 @@ fn a_failed_send_is_a_lost_packet() {
         while let Some(Event::RequestReceived { rpc, message, .. }) = server.poll_event() {
             server.send_response(0, rpc, message).unwrap();
         }
-        while let Some(t) = server.poll_transmit(0, &mut buf) {
+        while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
             s.net.deliver(SERVER.parse().unwrap(), buf[..t.len].to_vec());
         }
         if c.is_done() {

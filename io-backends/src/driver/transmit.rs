@@ -14,7 +14,11 @@ impl Inner {
     /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
     /// when full) and every event.
     pub(super) fn drain(&mut self, now: Instant) {
-        while let Some((t, tail)) = self.endpoint.poll_transmit_gather(now, self.tx.next_slot()) {
+        while let Some((t, tail)) = self
+            .endpoint
+            .poll_transmit_gather(now, self.tx.next_slot())
+            .expect("send slots hold max_packet_len")
+        {
             let d = Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 };
             self.tx.push_gather(d, tail);
             if self.tx.is_full() {

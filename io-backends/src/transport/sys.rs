@@ -927,7 +927,7 @@ mod tests {
         ep.send_request(0, port, to, 99, vec![1; 3000], 0).unwrap();
         ep.send_request(0, port, to, 99, vec![2; 2847], 1).unwrap();
         let mut batch = Batch::new(8, ep.config().max_packet_len());
-        while let Some((t, tail)) = ep.poll_transmit_gather(0, batch.next_slot()) {
+        while let Some((t, tail)) = ep.poll_transmit_gather(0, batch.next_slot()).unwrap() {
             batch.push_gather(Datagram { addr: to, len: t.len, priority: 5, segment: 0 }, tail);
         }
         let lens: Vec<usize> = (0..batch.len()).map(|i| batch.datagram_len(i)).collect();
