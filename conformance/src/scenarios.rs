@@ -6,6 +6,7 @@
 //! fails. The format is described in `conformance/README.md` and checked by
 //! `schema/scenarios.schema.json`.
 
+use homa_core::Instant;
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -375,12 +376,23 @@ impl Runner {
                 expect_error,
             } => {
                 let message = message.bytes()?;
-                let got = ep.send_request(now, *port, *dest, *dest_port, message, *cookie);
+                let got = ep.send_request(
+                    Instant::from_nanos(now),
+                    *port,
+                    *dest,
+                    *dest_port,
+                    message,
+                    *cookie,
+                );
                 outcome(got, *expect_return, expect_error)
             }
             Action::SendResponse { client, id, message, expect_error } => {
                 let rpc = ServerRpc { client: *client, id: *id };
-                outcome(ep.send_response(now, rpc, message.bytes()?), None, expect_error)
+                outcome(
+                    ep.send_response(Instant::from_nanos(now), rpc, message.bytes()?),
+                    None,
+                    expect_error,
+                )
             }
             Action::Abort { id, expect_error } => outcome(ep.abort(*id), None, expect_error),
             Action::HandleUnreachable { peer, port } => {
@@ -389,7 +401,7 @@ impl Runner {
             }
             Action::Packet { from, fields, hex, expect_error } => {
                 let bytes = packet_bytes(fields.as_ref(), hex.as_deref())?;
-                match (ep.handle_packet(now, *from, &bytes), expect_error) {
+                match (ep.handle_packet(Instant::from_nanos(now), *from, &bytes), expect_error) {
                     (Ok(()), None) => Ok(()),
                     (Ok(()), Some(want)) => Err(format!("accepted, want error {want}")),
                     (Err(e), None) => Err(format!("rejected as {}, want accepted", e.class())),
@@ -398,13 +410,13 @@ impl Runner {
                 }
             }
             Action::Timeout => {
-                ep.handle_timeout(now);
+                ep.handle_timeout(Instant::from_nanos(now));
                 Ok(())
             }
             Action::ExpectTransmits { transmits } => self.check_transmits(now, transmits),
             Action::ExpectEvents { events } => check_events(ep, events),
             Action::ExpectTimeout { deadline, not_before, not_after } => {
-                let got = ep.poll_timeout();
+                let got = ep.poll_timeout().map(homa_core::Instant::as_nanos);
                 let show = |d: Option<u64>| d.map_or("null".to_string(), |d| d.to_string());
                 let ok = match deadline {
                     Some(want) => got == *want,
@@ -441,7 +453,7 @@ impl Runner {
         let mut got = Vec::new();
         while let Some(t) = self
             .endpoint
-            .poll_transmit(now, &mut self.buf)
+            .poll_transmit(Instant::from_nanos(now), &mut self.buf)
             .expect("the buffer holds max_packet_len")
         {
             let bytes = &self.buf[..t.len];

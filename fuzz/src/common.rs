@@ -4,6 +4,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use arbitrary::Arbitrary;
+use homa_core::time::Nanos;
 use homa_core::time::{NANOS_PER_MSEC, NANOS_PER_USEC};
 use homa_core::wire::{self, Body, PacketType};
 use homa_core::{ApiError, Config, Endpoint, Event, Instant, Metrics};
@@ -140,7 +141,7 @@ impl Output {
 pub(crate) struct Node {
     pub(crate) ep: Endpoint,
     /// The latest time handed in (the endpoint's clock never goes back).
-    pub(crate) clock: Instant,
+    pub(crate) clock: Nanos,
     buf: Vec<u8>,
     /// `handle_packet` calls made.
     handed: u64,
@@ -159,14 +160,14 @@ impl Node {
         self.ep.config()
     }
 
-    fn see(&mut self, now: Instant) {
+    fn see(&mut self, now: Nanos) {
         self.clock = self.clock.max(now);
     }
 
     /// `handle_packet`, then the drain the contract asks for (unless `hold`).
     pub(crate) fn packet(
         &mut self,
-        now: Instant,
+        now: Nanos,
         from: SocketAddr,
         bytes: &[u8],
         hold: bool,
@@ -184,19 +185,20 @@ impl Node {
         if bytes.len() > header_len && mode & 1 == 1 {
             let payload = &bytes[header_len..];
             let give_up = mode & 2 == 2;
-            let placed = self.ep.place(now, from, bytes, payload.len(), |message| {
-                if give_up {
-                    message.extend(payload.iter().map(|b| !b).chain([0xEE; 7]));
-                } else {
-                    message.extend_from_slice(payload);
-                }
-                !give_up
-            });
+            let placed =
+                self.ep.place(Instant::from_nanos(now), from, bytes, payload.len(), |message| {
+                    if give_up {
+                        message.extend(payload.iter().map(|b| !b).chain([0xEE; 7]));
+                    } else {
+                        message.extend_from_slice(payload);
+                    }
+                    !give_up
+                });
             if placed && !give_up {
                 return (Ok(()), self.after_input(hold));
             }
         }
-        let result = self.ep.handle_packet(now, from, bytes);
+        let result = self.ep.handle_packet(Instant::from_nanos(now), from, bytes);
         if result.is_err() {
             let after = self.ep.metrics();
             assert_eq!(after.drops.malformed, before.drops.malformed + 1, "malformed, counted");
@@ -212,13 +214,13 @@ impl Node {
     /// An API call through `f`; on `Err` the endpoint must be unchanged.
     pub(crate) fn api<T>(
         &mut self,
-        now: Instant,
+        now: Nanos,
         hold: bool,
         f: impl FnOnce(&mut Endpoint, Instant) -> Result<T, ApiError>,
     ) -> (Result<T, ApiError>, Output) {
         self.see(now);
         let (metrics, rpcs) = (self.ep.metrics(), self.ep.rpc_count());
-        let result = f(&mut self.ep, now);
+        let result = f(&mut self.ep, Instant::from_nanos(now));
         if let Err(e) = &result {
             assert_eq!(self.ep.metrics(), metrics, "failed API call ({e:?}) changed the metrics");
             assert_eq!(self.ep.rpc_count(), rpcs, "failed API call ({e:?}) changed the RPCs");
@@ -229,33 +231,35 @@ impl Node {
     /// An input without a result (`handle_unreachable`, a spurious `handle_timeout`).
     pub(crate) fn call(
         &mut self,
-        now: Instant,
+        now: Nanos,
         hold: bool,
         f: impl FnOnce(&mut Endpoint, Instant),
     ) -> Output {
         self.see(now);
-        f(&mut self.ep, now);
+        f(&mut self.ep, Instant::from_nanos(now));
         self.after_input(hold)
     }
 
     /// The clock moves to `now`: first checks that nothing was due before the deadline the
     /// endpoint announced, then runs the timers.
-    pub(crate) fn advance(&mut self, now: Instant) -> Output {
+    pub(crate) fn advance(&mut self, now: Nanos) -> Output {
         let mut out = Output::default();
         if self.held {
             out.append(self.settle());
         }
-        let deadline = self.ep.poll_timeout();
+        let deadline = self.ep.poll_timeout().map(Instant::as_nanos);
         if now > self.clock && deadline.is_none_or(|d| now < d) {
             self.see(now);
-            if let Some(t) =
-                self.ep.poll_transmit(now, &mut self.buf).expect("the buffer holds max_packet_len")
+            if let Some(t) = self
+                .ep
+                .poll_transmit(Instant::from_nanos(now), &mut self.buf)
+                .expect("the buffer holds max_packet_len")
             {
                 panic!(
                     "poll_transmit gave a packet ({t:?}) at {now}, before the deadline {deadline:?}"
                 );
             }
-            self.ep.handle_timeout(now);
+            self.ep.handle_timeout(Instant::from_nanos(now));
             let early = self.drain();
             assert!(
                 early.packets.is_empty() && early.events.is_empty(),
@@ -263,14 +267,14 @@ impl Node {
             );
         }
         self.see(now);
-        self.ep.handle_timeout(self.clock);
+        self.ep.handle_timeout(Instant::from_nanos(self.clock));
         out.append(self.settle_after(true));
         out
     }
 
     /// Jumps to the endpoint's deadline (if any) and runs it; returns whether there was one.
     pub(crate) fn run_deadline(&mut self) -> Option<Output> {
-        let deadline = self.ep.poll_timeout()?;
+        let deadline = self.ep.poll_timeout().map(Instant::as_nanos)?;
         Some(self.advance(deadline.max(self.clock)))
     }
 
@@ -297,7 +301,7 @@ impl Node {
     /// `settle`, after an input that was itself `handle_timeout(clock)` if `timeout_ran`.
     fn settle_after(&mut self, timeout_ran: bool) -> Output {
         self.held = false;
-        let announced = self.ep.poll_timeout();
+        let announced = self.ep.poll_timeout().map(Instant::as_nanos);
         let mut out = self.drain();
         if let Some(p) = out.packets.first() {
             assert!(
@@ -307,11 +311,13 @@ impl Node {
                 p.repr().packet_type()
             );
         }
-        if !timeout_ran && self.ep.poll_timeout().is_some_and(|d| d <= self.clock) {
-            self.ep.handle_timeout(self.clock);
+        if !timeout_ran
+            && self.ep.poll_timeout().map(Instant::as_nanos).is_some_and(|d| d <= self.clock)
+        {
+            self.ep.handle_timeout(Instant::from_nanos(self.clock));
             out.append(self.drain());
         }
-        let next = self.ep.poll_timeout();
+        let next = self.ep.poll_timeout().map(Instant::as_nanos);
         assert!(
             next.is_none_or(|d| d > self.clock),
             "after handle_timeout({0}) and a full drain, poll_timeout is still {next:?} <= {0}",
@@ -332,11 +338,11 @@ impl Node {
         loop {
             let next = if gather {
                 self.ep
-                    .poll_transmit_gather(self.clock, &mut self.buf)
+                    .poll_transmit_gather(Instant::from_nanos(self.clock), &mut self.buf)
                     .expect("the buffer holds max_packet_len")
             } else {
                 self.ep
-                    .poll_transmit(self.clock, &mut self.buf)
+                    .poll_transmit(Instant::from_nanos(self.clock), &mut self.buf)
                     .expect("the buffer holds max_packet_len")
                     .map(|t| (t, None))
             };

@@ -29,6 +29,7 @@
 //! the run: from then on payloads and server-side request ids are not checked; everything else
 //! (no panic, limits, no event for an unknown id, one outcome per call, quiescence) still is.
 
+use homa_core::Instant;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
@@ -292,8 +293,9 @@ impl Pair {
                     .client
                     .ep
                     .poll_timeout()
+                    .map(Instant::as_nanos)
                     .into_iter()
-                    .chain(self.server.ep.poll_timeout())
+                    .chain(self.server.ep.poll_timeout().map(Instant::as_nanos))
                     .min();
                 if let Some(at) = next {
                     self.advance(at.max(self.now));
@@ -543,8 +545,9 @@ impl Pair {
                 .client
                 .ep
                 .poll_timeout()
+                .map(Instant::as_nanos)
                 .into_iter()
-                .chain(self.server.ep.poll_timeout())
+                .chain(self.server.ep.poll_timeout().map(Instant::as_nanos))
                 .min();
             let Some(at) = next else { break };
             self.advance(at.max(self.now));
@@ -556,8 +559,16 @@ impl Pair {
             );
         }
         assert!(self.links.iter().all(VecDeque::is_empty));
-        assert_eq!(self.client.ep.poll_timeout(), None, "client deadline after quiescence");
-        assert_eq!(self.server.ep.poll_timeout(), None, "server deadline after quiescence");
+        assert_eq!(
+            self.client.ep.poll_timeout().map(Instant::as_nanos),
+            None,
+            "client deadline after quiescence"
+        );
+        assert_eq!(
+            self.server.ep.poll_timeout().map(Instant::as_nanos),
+            None,
+            "server deadline after quiescence"
+        );
         self.client.assert_empty("client");
         self.server.assert_empty("server");
         for id in &self.order {

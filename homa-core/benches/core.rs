@@ -3,6 +3,7 @@
 
 mod pair;
 
+use homa_core::Instant;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,9 +101,9 @@ fn data_in_grant_out(bencher: Bencher<'_, '_>) {
         packet[52..56].copy_from_slice(&offset.to_be_bytes());
         let len = (1_000_000 - offset).min(1424) as usize;
         offset += len as u32;
-        server.handle_packet(0, from, &packet[..56 + len]).unwrap();
+        server.handle_packet(Instant::ZERO, from, &packet[..56 + len]).unwrap();
         let mut grants = 0;
-        while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
+        while let Some(t) = server.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
             grants += usize::from(buf[11] == PacketType::Grant.code());
             black_box(t);
         }
@@ -148,8 +149,8 @@ fn idle_server(rpcs: u64) -> Endpoint {
     let mut buf = vec![0u8; 1500];
     for i in 0..rpcs {
         packet[20..28].copy_from_slice(&(2 + 2 * i).to_be_bytes());
-        server.handle_packet(0, from, &packet[..156]).unwrap();
-        while server.poll_transmit(0, &mut buf).unwrap().is_some() {}
+        server.handle_packet(Instant::ZERO, from, &packet[..156]).unwrap();
+        while server.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some() {}
     }
     while server.poll_event().is_some() {}
     assert_eq!(server.rpc_count() as u64, rpcs);
@@ -168,6 +169,6 @@ fn handle_timeout_10k_idle(bencher: Bencher<'_, '_>) {
     let mut now = 0;
     bencher.bench_local(|| {
         now += 1_000_000;
-        server.handle_timeout(black_box(now));
+        server.handle_timeout(Instant::from_nanos(black_box(now)));
     });
 }

@@ -1,6 +1,7 @@
 //! Two endpoints wired back to back in memory, for benchmarks and the allocation test.
 #![allow(dead_code)]
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use homa_core::{Config, Endpoint, Event, Payload};
@@ -43,8 +44,14 @@ impl Pair {
         let mut response = None;
         loop {
             let mut moved = false;
-            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf).unwrap() {
-                let _ = self.server.handle_packet(self.now, self.client_addr, &self.buf[..t.len]);
+            while let Some(t) =
+                self.client.poll_transmit(Instant::from_nanos(self.now), &mut self.buf).unwrap()
+            {
+                let _ = self.server.handle_packet(
+                    Instant::from_nanos(self.now),
+                    self.client_addr,
+                    &self.buf[..t.len],
+                );
                 moved = true;
             }
             while let Some(event) = self.server.poll_event() {
@@ -53,11 +60,19 @@ impl Pair {
                         Some(len) => vec![1; len],
                         None => message,
                     };
-                    self.server.send_response(self.now, rpc, response).unwrap();
+                    self.server
+                        .send_response(Instant::from_nanos(self.now), rpc, response)
+                        .unwrap();
                 }
             }
-            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf).unwrap() {
-                let _ = self.client.handle_packet(self.now, self.server_addr, &self.buf[..t.len]);
+            while let Some(t) =
+                self.server.poll_transmit(Instant::from_nanos(self.now), &mut self.buf).unwrap()
+            {
+                let _ = self.client.handle_packet(
+                    Instant::from_nanos(self.now),
+                    self.server_addr,
+                    &self.buf[..t.len],
+                );
                 moved = true;
             }
             while let Some(event) = self.client.poll_event() {
@@ -75,12 +90,19 @@ impl Pair {
     pub(crate) fn rpc(&mut self, message: impl Into<Payload>, step: u64) -> Vec<u8> {
         self.now += step;
         for ep in [&mut self.client, &mut self.server] {
-            if ep.poll_timeout().is_some_and(|t| t <= self.now) {
-                ep.handle_timeout(self.now);
+            if ep.poll_timeout().is_some_and(|t| t.as_nanos() <= self.now) {
+                ep.handle_timeout(Instant::from_nanos(self.now));
             }
         }
         self.client
-            .send_request(self.now, self.port, self.server_addr, SERVER_PORT, message, 0)
+            .send_request(
+                Instant::from_nanos(self.now),
+                self.port,
+                self.server_addr,
+                SERVER_PORT,
+                message,
+                0,
+            )
             .unwrap();
         loop {
             if let Some(r) = self.exchange() {
@@ -90,10 +112,11 @@ impl Pair {
             let next = [self.client.poll_timeout(), self.server.poll_timeout()]
                 .into_iter()
                 .flatten()
-                .min();
+                .min()
+                .map(Instant::as_nanos);
             self.now = self.now.max(next.expect("an RPC in progress has a deadline"));
-            self.client.handle_timeout(self.now);
-            self.server.handle_timeout(self.now);
+            self.client.handle_timeout(Instant::from_nanos(self.now));
+            self.server.handle_timeout(Instant::from_nanos(self.now));
         }
     }
 }

@@ -11,6 +11,7 @@
 #[path = "../benches/pair.rs"]
 mod pair;
 
+use homa_core::Instant;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,8 +64,8 @@ fn main() {
                 packet[52..56].copy_from_slice(&offset.to_be_bytes());
                 let len = (1_000_000 - offset).min(1424) as usize;
                 offset += len as u32;
-                server.handle_packet(0, from, &packet[..56 + len]).unwrap();
-                while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
+                server.handle_packet(Instant::ZERO, from, &packet[..56 + len]).unwrap();
+                while let Some(t) = server.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
                     black_box(t);
                 }
                 while let Some(e) = server.poll_event() {

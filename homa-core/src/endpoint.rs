@@ -14,7 +14,7 @@ use crate::peer::{PeerId, PeerTable};
 use crate::rpc::{Hasher, Rpc, RpcRef, RpcTable, State, TimerState};
 use crate::sched::grant::{GrantCx, Grants};
 use crate::sched::tx::{Control, ControlBody, TxKey, TxQueues};
-use crate::time::{Instant, NANOS_PER_USEC};
+use crate::time::{Instant, NANOS_PER_USEC, Nanos};
 use crate::timer::TimerQueue;
 use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
 
@@ -111,16 +111,16 @@ pub enum Event {
 pub struct Endpoint {
     config: Config,
     max_payload: u32,
-    now: Instant,
+    now: Nanos,
     /// The timer tick the endpoint is in, and when it ends, on the clock that leaves out
     /// `stalled` (see `advance`).
     tick: u64,
-    tick_end: Instant,
+    tick_end: Nanos,
     /// Time the endpoint was owed a timer run and did not get one: the process was not
     /// scheduled, a handler held the thread, the machine was suspended. Ticks are counted
     /// without it, so such a stall is not silence of the peers (as the module counts the
     /// timer runs in which nothing arrived).
-    stalled: Instant,
+    stalled: Nanos,
     /// Bit per port: bound (server ports) or taken (ephemeral ports).
     ports: Vec<u64>,
     next_ephemeral: u16,
@@ -253,6 +253,7 @@ impl Endpoint {
         message: impl Into<Payload>,
         cookie: u64,
     ) -> Result<u64, ApiError> {
+        let now = now.as_nanos();
         self.advance(now);
         let payload = message.into();
         self.check_message(&payload)?;
@@ -298,6 +299,7 @@ impl Endpoint {
         rpc: ServerRpc,
         message: impl Into<Payload>,
     ) -> Result<(), ApiError> {
+        let now = now.as_nanos();
         self.advance(now);
         let payload = message.into();
         self.check_message(&payload)?;
@@ -376,6 +378,11 @@ impl Endpoint {
     /// `None` when nothing is pending. A timer set for an RPC that has since ended may still
     /// be reported once (its `handle_timeout` is a no-op). Amortised O(1).
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.deadline().map(Instant::from_nanos)
+    }
+
+    /// `poll_timeout` in nanoseconds.
+    fn deadline(&mut self) -> Option<Nanos> {
         if !self.tx.control.is_empty() || !self.tx.resends.is_empty() || !self.events.is_empty() {
             return Some(self.now);
         }
@@ -428,6 +435,7 @@ impl Endpoint {
         now: Instant,
         buf: &mut [u8],
     ) -> Result<Option<Transmit>, BufferTooShort> {
+        let now = now.as_nanos();
         self.check_buffer(buf)?;
         Ok(self.transmit(now, buf, None))
     }
@@ -441,6 +449,7 @@ impl Endpoint {
         now: Instant,
         buf: &mut [u8],
     ) -> Result<Option<(Transmit, Option<PayloadSlice>)>, BufferTooShort> {
+        let now = now.as_nanos();
         self.check_buffer(buf)?;
         let mut slice = None;
         Ok(self.transmit(now, buf, Some(&mut slice)).map(|t| (t, slice)))
@@ -456,7 +465,7 @@ impl Endpoint {
     /// copying path then returns only a `Transmit` (BENCHMARKS.md: 118 instructions per RPC).
     fn transmit(
         &mut self,
-        now: Instant,
+        now: Nanos,
         buf: &mut [u8],
         mut gather: Option<&mut Option<PayloadSlice>>,
     ) -> Option<Transmit> {
@@ -682,7 +691,7 @@ impl Endpoint {
 
     // ------------------------------------------------------------------ inputs
 
-    fn advance(&mut self, now: Instant) {
+    fn advance(&mut self, now: Nanos) {
         self.now = self.now.max(now);
         if self.now - self.stalled < self.tick_end {
             return; // the common case: still in the same tick
@@ -701,7 +710,7 @@ impl Endpoint {
     }
 
     /// When tick `tick` starts, on the caller's clock.
-    fn tick_start(&self, tick: u64) -> Instant {
+    fn tick_start(&self, tick: u64) -> Nanos {
         tick.saturating_mul(self.config.tick()).saturating_add(self.stalled)
     }
 
@@ -718,6 +727,7 @@ impl Endpoint {
         from: SocketAddr,
         bytes: &[u8],
     ) -> Result<(), wire::Error> {
+        let now = now.as_nanos();
         self.receive(now, from, bytes, None)
     }
 
@@ -740,6 +750,7 @@ impl Endpoint {
         payload_len: usize,
         fill: impl FnOnce(&mut Vec<u8>) -> bool,
     ) -> bool {
+        let now = now.as_nanos();
         let Some(header) = header.get(..data::HEADER_LEN) else { return false };
         let Ok(repr) = wire::Repr::parse_up_to(header, self.config.max_message_length) else {
             return false;
@@ -773,7 +784,7 @@ impl Endpoint {
     /// many bytes of payload are in its message already).
     fn receive(
         &mut self,
-        now: Instant,
+        now: Nanos,
         from: SocketAddr,
         bytes: &[u8],
         placed_len: Option<u32>,
@@ -1244,6 +1255,7 @@ impl Endpoint {
     /// Runs timer work due at `now`: RESENDs, NEED_ACKs and timeouts. A call with nothing
     /// due changes nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let now = now.as_nanos();
         self.advance(now);
         let tick = self.tick();
         loop {

@@ -33,7 +33,7 @@
 //! `handle_timeout` early is harmless, and an idle `poll_timeout` is O(1).
 //!
 //! ```
-//! use homa_core::{Config, Endpoint, Event};
+//! use homa_core::{Config, Endpoint, Event, Instant};
 //! use std::net::SocketAddr;
 //!
 //! let (a_addr, b_addr): (SocketAddr, SocketAddr) =
@@ -43,7 +43,7 @@
 //! server.bind(99).unwrap();
 //! let port = client.bind_ephemeral().unwrap();
 //!
-//! let mut now = 0;
+//! let mut now = Instant::ZERO;
 //! let id = client.send_request(now, port, b_addr, 99, b"ping".to_vec(), 7).unwrap();
 //! let mut buf = vec![0; client.config().max_packet_len()];
 //! let mut response = None;

@@ -5,7 +5,7 @@ use core::net::SocketAddr;
 
 use alloc::vec::Vec;
 
-use crate::Instant;
+use crate::time::Nanos;
 use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 use hashbrown::HashMap;
 
@@ -25,7 +25,7 @@ pub(crate) struct Peer {
     /// Server RPCs this peer opened on us (bounded by `max_rpcs_per_peer`).
     pub(crate) server_rpcs: u32,
     /// Last time the peer was used, to choose whom to forget when the table is full.
-    pub(crate) last_used: Instant,
+    pub(crate) last_used: Nanos,
     /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
     pub(crate) cutoffs: [u32; MAX_PRIORITIES as usize],
     /// Version of those cutoffs, echoed in DATA to the peer (0 until a CUTOFFS arrives).
@@ -43,7 +43,7 @@ pub(crate) struct Peer {
 const _: () = assert!(core::mem::offset_of!(Peer, acks) <= 64, "hot fields fit one line");
 
 impl Peer {
-    fn new(addr: SocketAddr, now: Instant) -> Peer {
+    fn new(addr: SocketAddr, now: Nanos) -> Peer {
         // Until the peer sends CUTOFFS, all unscheduled data goes one level below control
         // packets, as the module does (`homa_peer_alloc`).
         let mut cutoffs = [0; MAX_PRIORITIES as usize];
@@ -132,7 +132,7 @@ impl PeerTable {
 
     /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs;
     /// see `evict_idle`) is forgotten to make room; if none is idle, `None`.
-    pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Instant) -> Option<PeerId> {
+    pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Nanos) -> Option<PeerId> {
         if let Some(&id) = self.index.get(&AddrKey::from(addr)) {
             self.slots[id as usize].last_used = now;
             return Some(id);

@@ -17,7 +17,7 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 use core::net::SocketAddr;
 
-use crate::time::{Duration, Instant};
+use crate::time::{Duration, Instant, Nanos};
 use crate::{Endpoint, Event};
 
 /// Index of a node (host or switch).
@@ -130,7 +130,7 @@ pub struct Link {
     waiting: u8,
     queued: u64,
     /// When the packet on the wire is out; the link is idle from then on.
-    busy_until: Instant,
+    busy_until: Nanos,
     /// A `LinkFree` action is scheduled (only while packets wait).
     free_pending: bool,
 }
@@ -161,10 +161,10 @@ enum NodeKind {
         endpoint: Box<Endpoint>,
         addr: SocketAddr,
         uplink: Option<LinkId>,
-        armed: Option<Instant>,
+        armed: Option<Nanos>,
         /// Times with a `Timer` action pending, each with the number of later arms at the
         /// same time that were not scheduled (see `arm`).
-        timers: Vec<(Instant, u64)>,
+        timers: Vec<(Nanos, u64)>,
     },
     Switch {
         delay: Duration,
@@ -187,7 +187,7 @@ enum Action {
 /// A far action, ordered by time, then by the order it was scheduled in.
 #[derive(Debug)]
 struct Far {
-    at: Instant,
+    at: Nanos,
     seq: u64,
     action: Action,
 }
@@ -221,7 +221,7 @@ impl Ord for Far {
 #[derive(Debug)]
 struct Agenda {
     /// Every action before `base` has run; the ring holds those in [base, base + RING).
-    base: Instant,
+    base: Nanos,
     /// Per bucket (time % RING): the first and last node of its list, or `NONE` (together:
     /// one cache line).
     ends: Vec<(u32, u32)>,
@@ -232,7 +232,7 @@ struct Agenda {
     free: u32,
     in_ring: usize,
     /// Time of the next action.
-    next: Option<Instant>,
+    next: Option<Nanos>,
     /// Actions at base + RING or later.
     far: BinaryHeap<Reverse<Far>>,
     seq: u64,
@@ -255,7 +255,7 @@ impl Agenda {
         }
     }
 
-    fn push(&mut self, at: Instant, action: Action) {
+    fn push(&mut self, at: Nanos, action: Action) {
         // Nothing is scheduled in the past; if it were, it would run next.
         debug_assert!(at >= self.base);
         let at = at.max(self.base);
@@ -268,7 +268,7 @@ impl Agenda {
         self.next = Some(self.next.map_or(at, |t| t.min(at)));
     }
 
-    fn put(&mut self, at: Instant, action: Action) {
+    fn put(&mut self, at: Nanos, action: Action) {
         let node = if self.free != NONE {
             let n = self.free;
             self.free = self.nodes[n as usize].1;
@@ -291,7 +291,7 @@ impl Agenda {
     }
 
     /// Time of the first action at or after the base.
-    fn scan(&self) -> Option<Instant> {
+    fn scan(&self) -> Option<Nanos> {
         if self.in_ring == 0 {
             return self.far.peek().map(|Reverse(f)| f.at);
         }
@@ -312,7 +312,7 @@ impl Agenda {
         Some(self.base + ((bucket + RING - start) % RING) as u64)
     }
 
-    fn pop(&mut self) -> Option<(Instant, Action)> {
+    fn pop(&mut self) -> Option<(Nanos, Action)> {
         let at = self.next?;
         if at != self.base {
             // Buckets between the old base and `at` are empty: move the window on, and
@@ -341,11 +341,11 @@ impl Agenda {
 }
 
 /// Sees every packet delivered to a host: (time, from, to, bytes).
-pub type Tap = Box<dyn FnMut(Instant, SocketAddr, SocketAddr, &[u8])>;
+pub type Tap = Box<dyn FnMut(Nanos, SocketAddr, SocketAddr, &[u8])>;
 
 /// The network: nodes, links, pending actions and the virtual clock.
 pub struct Network {
-    now: Instant,
+    now: Nanos,
     nodes: Vec<NodeKind>,
     links: Vec<Link>,
     actions: Agenda,
@@ -386,7 +386,7 @@ impl Network {
         }
     }
 
-    pub fn now(&self) -> Instant {
+    pub fn now(&self) -> Nanos {
         self.now
     }
 
@@ -503,24 +503,24 @@ impl Network {
     ) -> T {
         let now = self.now;
         let result = match &mut self.nodes[host] {
-            NodeKind::Host { endpoint, .. } => f(now, endpoint),
+            NodeKind::Host { endpoint, .. } => f(Instant::from_nanos(now), endpoint),
             NodeKind::Switch { .. } => panic!("node {host} is a switch"),
         };
         self.drive(host, app);
         result
     }
 
-    fn schedule(&mut self, at: Instant, action: Action) {
+    fn schedule(&mut self, at: Nanos, action: Action) {
         self.actions.push(at, action);
     }
 
     /// Time of the next action, if any.
-    pub fn next_time(&self) -> Option<Instant> {
+    pub fn next_time(&self) -> Option<Nanos> {
         self.actions.next
     }
 
     /// Runs every action up to and including time `until`; the clock ends at `until`.
-    pub fn run_until(&mut self, until: Instant, app: &mut impl App) {
+    pub fn run_until(&mut self, until: Nanos, app: &mut impl App) {
         while self.next_time().is_some_and(|t| t <= until) {
             self.step(app);
         }
@@ -529,7 +529,7 @@ impl Network {
 
     /// Runs until no action is pending (every endpoint idle) or `limit` is reached; returns
     /// whether the network went idle.
-    pub fn run_until_idle(&mut self, limit: Instant, app: &mut impl App) -> bool {
+    pub fn run_until_idle(&mut self, limit: Nanos, app: &mut impl App) -> bool {
         while let Some(t) = self.next_time() {
             if t > limit {
                 self.now = limit;
@@ -566,7 +566,7 @@ impl Network {
                     return;
                 }
                 *armed = None;
-                endpoint.handle_timeout(self.now);
+                endpoint.handle_timeout(Instant::from_nanos(self.now));
                 self.drive(host, app);
             }
         }
@@ -598,7 +598,8 @@ impl Network {
             }
         }
         let NodeKind::Host { endpoint, .. } = &mut self.nodes[node] else { return };
-        if endpoint.handle_packet(self.now, from, &packet.bytes[..packet.len as usize]).is_err() {
+        let now = Instant::from_nanos(self.now);
+        if endpoint.handle_packet(now, from, &packet.bytes[..packet.len as usize]).is_err() {
             self.malformed += 1;
         }
         self.pool.push(packet.bytes);
@@ -711,7 +712,7 @@ impl Network {
                 let NodeKind::Host { endpoint, uplink, .. } = &mut self.nodes[host] else { return };
                 let uplink = *uplink;
                 let Some(t) = endpoint
-                    .poll_transmit(self.now, &mut bytes)
+                    .poll_transmit(Instant::from_nanos(self.now), &mut bytes)
                     .expect("the network's buffers hold every endpoint's packets")
                 else {
                     self.pool.push(bytes);
@@ -730,10 +731,10 @@ impl Network {
                 && let Some(event) = endpoint.poll_event()
             {
                 progressed = true;
-                app.on_event(self.now, host, endpoint, event);
+                app.on_event(Instant::from_nanos(self.now), host, endpoint, event);
             }
             let NodeKind::Host { endpoint, armed, .. } = &mut self.nodes[host] else { return };
-            let Some(deadline) = endpoint.poll_timeout() else { return };
+            let Some(deadline) = endpoint.poll_timeout().map(Instant::as_nanos) else { return };
             if deadline > self.now {
                 if *armed != Some(deadline) {
                     *armed = Some(deadline);
@@ -748,7 +749,7 @@ impl Network {
                 self.arm(host, at);
                 return;
             }
-            endpoint.handle_timeout(self.now);
+            endpoint.handle_timeout(Instant::from_nanos(self.now));
             timeout_ran = true;
         }
     }
@@ -758,7 +759,7 @@ impl Network {
     /// host re-armed or disarmed, so it is only counted. Hosts often go back to the same
     /// deadline (the next tick after a pacer slot); without this, thousands of such stale
     /// actions would sit in the heap.
-    fn arm(&mut self, host: NodeId, at: Instant) {
+    fn arm(&mut self, host: NodeId, at: Nanos) {
         let NodeKind::Host { timers, .. } = &mut self.nodes[host] else { return };
         if let Some(entry) = timers.iter_mut().find(|(t, _)| *t == at) {
             entry.1 += 1;

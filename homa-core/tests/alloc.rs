@@ -5,6 +5,7 @@ mod common;
 #[path = "../benches/pair.rs"]
 mod pair;
 
+use homa_core::Instant;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,9 +114,9 @@ fn data_far_past_its_grant_is_granted_in_one_step() {
     SIZES.lock().unwrap().clear();
     SIZES.lock().unwrap().reserve(1000);
     COUNTING.store(true, Ordering::Relaxed);
-    ep.handle_packet(0, from, &data).unwrap();
+    ep.handle_packet(Instant::ZERO, from, &data).unwrap();
     let mut out = 0;
-    while ep.poll_transmit(0, &mut buf).unwrap().is_some() {
+    while ep.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some() {
         out += 1;
     }
     COUNTING.store(false, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! A sender that sends past its grant, then goes quiet, must not pin grant headroom or its
 //! RPC.
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use homa_core::wire::{self, Body};
@@ -31,17 +32,17 @@ fn data_sent_past_the_grant_is_not_counted_as_outstanding() {
     let mut buf = vec![0; config.max_packet_len()];
     let mut granted = 0;
     let mut grants = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
-        while let Some(t) = ep.poll_transmit(0, buf).unwrap() {
+        while let Some(t) = ep.poll_transmit(Instant::ZERO, buf).unwrap() {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
                 granted = g.offset;
             }
         }
         granted
     };
-    ep.handle_packet(0, from, &request_data(20_000, 2_000, 0, 1_000)).unwrap();
+    ep.handle_packet(Instant::ZERO, from, &request_data(20_000, 2_000, 0, 1_000)).unwrap();
     assert_eq!(grants(&mut ep, &mut buf), 6_000);
     // 16,000 bytes, well past the grant.
-    ep.handle_packet(0, from, &request_data(20_000, 2_000, 1_000, 16_000)).unwrap();
+    ep.handle_packet(Instant::ZERO, from, &request_data(20_000, 2_000, 1_000, 16_000)).unwrap();
     let granted = grants(&mut ep, &mut buf);
     assert_eq!(granted, 20_000, "received + window, capped at the end");
     assert_eq!(ep.metrics().incoming, u64::from(granted) - 17_000, "only unreceived bytes");

@@ -1,5 +1,6 @@
 //! A message whose first DATA packet is dropped must not outlive the peer's silence.
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use homa_core::{Config, Endpoint};
@@ -22,7 +23,8 @@ fn a_server_rpc_whose_first_packet_was_dropped_times_out() {
         let mut ep = Endpoint::new(config.clone()).unwrap();
         ep.bind(99).unwrap();
         let from: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-        ep.handle_packet(0, from, &request_data(62_530, incoming, offset, payload)).unwrap();
+        ep.handle_packet(Instant::ZERO, from, &request_data(62_530, incoming, offset, payload))
+            .unwrap();
         let m = ep.metrics();
         assert_eq!((m.accepted, m.rpcs, m.rx_bytes), (0, 1, 62_530), "case {max_gaps} {incoming}");
         run_timers_until_idle(&mut ep, 0, 20 * config.tick());

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use common::*;
 use homa_core::testnet::{App, Faults, NodeId, Rng};
-use homa_core::{Config, Endpoint, Event, FailReason};
+use homa_core::{Config, Endpoint, Event, FailReason, Instant};
 
 /// `count` RPCs of mixed sizes through a network that loses `loss` of all packets end to end
 /// (the faults sit on each host's downlink, which every path crosses once), and duplicates
@@ -94,7 +94,7 @@ struct Holding {
 }
 
 impl App for Holding {
-    fn on_event(&mut self, now: u64, host: NodeId, ep: &mut Endpoint, event: Event) {
+    fn on_event(&mut self, now: Instant, host: NodeId, ep: &mut Endpoint, event: Event) {
         if self.hold && matches!(event, Event::RequestReceived { .. }) {
             self.held += 1;
             return;

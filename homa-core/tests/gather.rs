@@ -4,6 +4,7 @@
 
 mod common;
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use common::*;
@@ -19,8 +20,8 @@ fn twins() -> (Endpoint, Endpoint, u16) {
     let mut port = 0;
     for ep in &mut twins {
         port = ep.bind_ephemeral().unwrap();
-        ep.send_request(0, port, server, SERVER_PORT, pattern(100_000, 1), 0).unwrap();
-        ep.send_request(0, port, server, SERVER_PORT, pattern(100, 2), 1).unwrap();
+        ep.send_request(Instant::ZERO, port, server, SERVER_PORT, pattern(100_000, 1), 0).unwrap();
+        ep.send_request(Instant::ZERO, port, server, SERVER_PORT, pattern(100, 2), 1).unwrap();
     }
     let [written, gathered] = twins;
     (written, gathered, port)
@@ -49,8 +50,8 @@ fn compare_now(
 ) -> (usize, usize) {
     let (mut packets, mut sliced) = (0, 0);
     loop {
-        let w = written.poll_transmit(now, buf).unwrap();
-        let g = gathered.poll_transmit_gather(now, head).unwrap();
+        let w = written.poll_transmit(Instant::from_nanos(now), buf).unwrap();
+        let g = gathered.poll_transmit_gather(Instant::from_nanos(now), head).unwrap();
         let (mut g, slice) = match (w, g) {
             (Some(_), Some(g)) => g,
             (None, None) => return (packets, sliced),
@@ -81,7 +82,7 @@ fn gathered_packets_equal_written_ones() {
     let h = header::Repr::new(PacketType::Resend, SERVER_PORT, port, 3); // the server's id of RPC 2
     let ask = packet(h, Body::Resend(resend::Repr { offset: 1000, length: 4000, priority: 5 }));
     for ep in [&mut written, &mut gathered] {
-        ep.handle_packet(200_000, SERVER.parse().unwrap(), &ask).unwrap();
+        ep.handle_packet(Instant::from_nanos(200_000), SERVER.parse().unwrap(), &ask).unwrap();
     }
     assert_eq!(compare(&mut written, &mut gathered, 200_000), (4, 4));
     assert_eq!(written.metrics().retransmitted_packets, 4);

@@ -1,5 +1,6 @@
 //! The receiver's GRANTs, packet by packet: DATA handed straight to one endpoint.
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use homa_core::wire::{self, Body};
@@ -22,9 +23,10 @@ fn no_grant_repeats_an_offset_once_the_message_is_fully_granted() {
     let (length, mut offset, mut grants) = (30_000, 0, Vec::new());
     while offset < length {
         let len = config.max_payload().min(length - offset);
-        ep.handle_packet(0, from, &request_data(length, 10_000, offset, len as usize)).unwrap();
+        ep.handle_packet(Instant::ZERO, from, &request_data(length, 10_000, offset, len as usize))
+            .unwrap();
         offset += len;
-        while let Some(t) = ep.poll_transmit(0, &mut buf).unwrap() {
+        while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
                 grants.push((offset, g.offset));
             }
@@ -50,7 +52,7 @@ fn a_batch_of_data_draws_one_grant_per_message() {
     let mut buf = vec![0; config.max_packet_len()];
     let mut grants = |ep: &mut Endpoint| {
         let mut out = Vec::new();
-        while let Some(t) = ep.poll_transmit(0, &mut buf).unwrap() {
+        while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
             if let Body::Grant(g) = wire::Repr::parse(&buf[..t.len]).unwrap().body {
                 out.push((g.offset, g.priority));
             }
@@ -65,9 +67,9 @@ fn a_batch_of_data_draws_one_grant_per_message() {
     let (mut per_packet, length) = (Vec::new(), 1_000_000);
     for i in 0..6 {
         let data = request_data(length, 40_000, i * payload, payload as usize);
-        each.handle_packet(0, from, &data).unwrap();
+        each.handle_packet(Instant::ZERO, from, &data).unwrap();
         per_packet.extend(grants(&mut each));
-        batched.handle_packet(0, from, &data).unwrap();
+        batched.handle_packet(Instant::ZERO, from, &data).unwrap();
     }
     assert_eq!(per_packet.len(), 6, "a GRANT per DATA packet when drained each time");
     assert_eq!(grants(&mut batched), [*per_packet.last().unwrap()]);

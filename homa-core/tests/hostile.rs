@@ -3,6 +3,7 @@
 
 mod common;
 
+use homa_core::Instant;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -90,18 +91,18 @@ fn garbage_and_mutations_never_break_an_endpoint() {
             let b = &packets[rng.below(packets.len() as u64) as usize];
             mutate(&mut rng, a, b)
         };
-        let _ = ep.handle_packet(now, from, &bytes);
-        while let Some(t) = ep.poll_transmit(now, &mut buf).unwrap() {
+        let _ = ep.handle_packet(Instant::from_nanos(now), from, &bytes);
+        while let Some(t) = ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
             assert!(t.len <= buf.len());
         }
         while let Some(event) = ep.poll_event() {
             if let homa_core::Event::RequestReceived { rpc, message, .. } = event {
-                let _ = ep.send_response(now, rpc, message);
+                let _ = ep.send_response(Instant::from_nanos(now), rpc, message);
             }
         }
         now += rng.below(200_000);
         if i % 100 == 0 {
-            ep.handle_timeout(now);
+            ep.handle_timeout(Instant::from_nanos(now));
         }
         let m = ep.metrics();
         assert!(
@@ -140,9 +141,11 @@ fn extreme_settings_and_clocks_do_not_overflow() {
     let late = u64::MAX - 1;
     let mut buf = vec![0; c.max_packet_len()];
     // The first grant runs the FIFO check (twice the increment) at the latest time.
-    ep.handle_packet(late, from, &request_data(1_000_000, 10_000, 0, 1_000)).unwrap();
-    while ep.poll_transmit(late, &mut buf).unwrap().is_some() {}
+    ep.handle_packet(Instant::from_nanos(late), from, &request_data(1_000_000, 10_000, 0, 1_000))
+        .unwrap();
+    while ep.poll_transmit(Instant::from_nanos(late), &mut buf).unwrap().is_some() {}
     // The pacer's clock near its end too.
-    ep.send_request(late, SERVER_PORT, from, 4000, vec![1u8; 100_000], 0).unwrap();
-    while ep.poll_transmit(late, &mut buf).unwrap().is_some() {}
+    ep.send_request(Instant::from_nanos(late), SERVER_PORT, from, 4000, vec![1u8; 100_000], 0)
+        .unwrap();
+    while ep.poll_transmit(Instant::from_nanos(late), &mut buf).unwrap().is_some() {}
 }

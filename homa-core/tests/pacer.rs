@@ -1,5 +1,6 @@
 //! The pacer's estimate of the NIC queue, packet by packet.
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use homa_core::wire::{self, PacketType};
@@ -17,20 +18,21 @@ fn data_times(receiving: bool, config: &Config) -> (Vec<u64>, Vec<PacketType>) {
     let peer: SocketAddr = "198.18.0.2:4000".parse().unwrap();
     if receiving {
         let data = request_data(1_000_000, 10_000, 0, config.max_payload() as usize);
-        ep.handle_packet(0, peer, &data).unwrap();
+        ep.handle_packet(Instant::ZERO, peer, &data).unwrap();
     }
-    ep.send_request(0, 99, "198.18.0.3:4000".parse().unwrap(), 99, vec![1; 100_000], 0).unwrap();
+    ep.send_request(Instant::ZERO, 99, "198.18.0.3:4000".parse().unwrap(), 99, vec![1; 100_000], 0)
+        .unwrap();
     let (mut buf, mut now) = (vec![0; config.max_packet_len()], 0);
     let (mut times, mut sent) = (Vec::new(), Vec::new());
     while times.len() < 3 {
-        while let Some(t) = ep.poll_transmit(now, &mut buf).unwrap() {
+        while let Some(t) = ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
             let kind = wire::Repr::parse(&buf[..t.len]).unwrap().packet_type();
             if kind == PacketType::Data {
                 times.push(now);
             }
             sent.push(kind);
         }
-        now = ep.poll_timeout().expect("data left to send");
+        now = ep.poll_timeout().expect("data left to send").as_nanos();
     }
     (times, sent)
 }

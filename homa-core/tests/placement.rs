@@ -4,6 +4,7 @@
 
 mod common;
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use common::*;
@@ -41,33 +42,33 @@ fn run(take: Take) -> Run {
     let port = c.bind_ephemeral().unwrap();
     let mut s = Endpoint::new(config).unwrap();
     s.bind(SERVER_PORT).unwrap();
-    c.send_request(0, port, server, SERVER_PORT, pattern(LEN, 5), 0).unwrap();
+    c.send_request(Instant::ZERO, port, server, SERVER_PORT, pattern(LEN, 5), 0).unwrap();
     let mut buf = vec![0; c.config().max_packet_len()];
     let (mut placed, mut server_packets) = (0, vec![]);
     for now in (0..100 * MS).step_by(1_000) {
-        while let Some(t) = c.poll_transmit(now, &mut buf).unwrap() {
+        while let Some(t) = c.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
             let packet = &buf[..t.len];
             let payload_len = packet.len().saturating_sub(HEADER_LEN);
             if take == Take::AbandonFirst {
-                s.place(now, client, packet, payload_len, |buf| {
+                s.place(Instant::from_nanos(now), client, packet, payload_len, |buf| {
                     buf.extend_from_slice(&vec![0xEE; payload_len + 100]);
                     false
                 });
             }
             let in_place = take == Take::InPlace
-                && s.place(now, client, packet, payload_len, |buf| {
+                && s.place(Instant::from_nanos(now), client, packet, payload_len, |buf| {
                     buf.extend_from_slice(&packet[HEADER_LEN..]);
                     true
                 });
             if in_place {
                 placed += 1;
             } else {
-                s.handle_packet(now, client, packet).unwrap();
+                s.handle_packet(Instant::from_nanos(now), client, packet).unwrap();
             }
         }
-        while let Some(t) = s.poll_transmit(now, &mut buf).unwrap() {
+        while let Some(t) = s.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
             server_packets.push(buf[..t.len].to_vec());
-            c.handle_packet(now, server, &buf[..t.len]).unwrap();
+            c.handle_packet(Instant::from_nanos(now), server, &buf[..t.len]).unwrap();
         }
         if let Some(Event::RequestReceived { message, .. }) = s.poll_event() {
             return Run { message, placed, server_metrics: s.metrics().clone(), server_packets };
@@ -100,10 +101,10 @@ fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped
     let port = c.bind_ephemeral().unwrap();
     let mut s = Endpoint::new(Config::default()).unwrap();
     s.bind(SERVER_PORT).unwrap();
-    c.send_request(0, port, server, SERVER_PORT, pattern(LEN, 7), 0).unwrap();
+    c.send_request(Instant::ZERO, port, server, SERVER_PORT, pattern(LEN, 7), 0).unwrap();
     let mut buf = vec![0; c.config().max_packet_len()];
     let mut packets = vec![];
-    while let Some(t) = c.poll_transmit(0, &mut buf).unwrap() {
+    while let Some(t) = c.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
         packets.push(buf[..t.len].to_vec());
     }
     assert!(packets.len() >= 4, "{} unscheduled packets", packets.len());
@@ -111,12 +112,15 @@ fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped
     let [first, second, third, ..] = &packets[..] else { unreachable!() };
     let untouched = |_: &mut Vec<u8>| -> bool { panic!("fill called") };
 
-    assert!(!s.place(0, client, second, len(second), untouched), "no message yet");
-    s.handle_packet(0, client, first).unwrap();
-    assert!(!s.place(0, client, third, len(third), untouched), "not in order");
-    assert!(!s.place(0, client, &second[..10], len(second), untouched), "header cut short");
-    assert!(!s.place(0, client, second, LEN, untouched), "past the message's end");
-    assert!(!s.place(0, server, second, len(second), untouched), "other peer");
+    assert!(!s.place(Instant::ZERO, client, second, len(second), untouched), "no message yet");
+    s.handle_packet(Instant::ZERO, client, first).unwrap();
+    assert!(!s.place(Instant::ZERO, client, third, len(third), untouched), "not in order");
+    assert!(
+        !s.place(Instant::ZERO, client, &second[..10], len(second), untouched),
+        "header cut short"
+    );
+    assert!(!s.place(Instant::ZERO, client, second, LEN, untouched), "past the message's end");
+    assert!(!s.place(Instant::ZERO, server, second, len(second), untouched), "other peer");
 
     // Appending other than the payload drops the packet, and what was appended.
     let before = s.metrics();
@@ -124,17 +128,17 @@ fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped
         b.extend_from_slice(&second[HEADER_LEN + 1..]);
         true
     };
-    assert!(s.place(0, client, second, len(second), one_short));
+    assert!(s.place(Instant::ZERO, client, second, len(second), one_short));
     let junk = |b: &mut Vec<u8>| {
         b.extend_from_slice(&[0xEE; 5000]);
         false
     };
-    assert!(s.place(0, client, second, len(second), junk));
+    assert!(s.place(Instant::ZERO, client, second, len(second), junk));
     assert_eq!(s.metrics(), before, "nothing was received");
 
     // Nothing was lost: the rest by copy completes the message.
     for p in packets.iter().skip(1) {
-        s.handle_packet(0, client, p).unwrap();
+        s.handle_packet(Instant::ZERO, client, p).unwrap();
     }
     let mut now = 0;
     let message = loop {
@@ -143,11 +147,11 @@ fn only_a_packet_that_extends_its_message_is_placed_and_a_botched_one_is_dropped
         }
         now += 100_000;
         assert!(now < 100 * MS, "the request never arrived");
-        while let Some(t) = s.poll_transmit(now, &mut buf).unwrap() {
-            c.handle_packet(now, server, &buf[..t.len]).unwrap();
+        while let Some(t) = s.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
+            c.handle_packet(Instant::from_nanos(now), server, &buf[..t.len]).unwrap();
         }
-        while let Some(t) = c.poll_transmit(now, &mut buf).unwrap() {
-            s.handle_packet(now, client, &buf[..t.len]).unwrap();
+        while let Some(t) = c.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
+            s.handle_packet(Instant::from_nanos(now), client, &buf[..t.len]).unwrap();
         }
     };
     assert!(message == pattern(LEN, 7));

@@ -3,6 +3,7 @@
 
 mod common;
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use common::{SERVER_PORT, packet, request_data};
@@ -31,14 +32,14 @@ fn ticks_to_time_out(length: u32, each_tick: &[u8]) -> (u64, homa_core::Metrics)
     let mut ep = Endpoint::new(config.clone()).unwrap();
     ep.bind(SERVER_PORT).unwrap();
     let client: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    ep.handle_packet(0, client, &request_data(length, 40_000, 0, 1424)).unwrap();
+    ep.handle_packet(Instant::ZERO, client, &request_data(length, 40_000, 0, 1424)).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
     let tick = config.tick();
     for t in 0..50 {
         let now = t * tick + tick / 2;
-        ep.handle_packet(now, client, each_tick).unwrap();
-        ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).unwrap().is_some() {}
+        ep.handle_packet(Instant::from_nanos(now), client, each_tick).unwrap();
+        ep.handle_timeout(Instant::from_nanos(now));
+        while ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap().is_some() {}
         if ep.rpc_count() == 0 {
             assert_eq!(ep.metrics().server_timeouts, 1);
             return (t, ep.metrics());
@@ -58,12 +59,12 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
     let mut ep = Endpoint::new(config.clone()).unwrap();
     let port = ep.bind_ephemeral().unwrap();
     let server: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    let id = ep.send_request(0, port, server, SERVER_PORT, vec![1, 2, 3], 0).unwrap();
+    let id = ep.send_request(Instant::ZERO, port, server, SERVER_PORT, vec![1, 2, 3], 0).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
-    while ep.poll_transmit(0, &mut buf).unwrap().is_some() {}
+    while ep.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some() {}
     let sent = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
         let mut types = Vec::new();
-        while let Some(t) = ep.poll_transmit(1000, buf).unwrap() {
+        while let Some(t) = ep.poll_transmit(Instant::from_nanos(1000), buf).unwrap() {
             types.push(wire::Repr::parse(&buf[..t.len]).unwrap().packet_type());
         }
         types
@@ -75,7 +76,7 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
         (0, 2, vec![PacketType::Data]),   // sent bytes: sent again
     ] {
         let rs = resend::Repr { offset, length, priority: 7 };
-        ep.handle_packet(1000, server, &packet(h, Body::Resend(rs))).unwrap();
+        ep.handle_packet(Instant::from_nanos(1000), server, &packet(h, Body::Resend(rs))).unwrap();
         assert_eq!(sent(&mut ep, &mut buf), answer, "RESEND({offset}, {length})");
     }
 }

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use homa_core::Instant;
 use homa_core::{ApiError, Config, Endpoint};
 
 fn round_trip(len: usize) {
@@ -40,7 +41,7 @@ fn a_raised_message_limit_carries_longer_messages() {
     let port = ep.bind_ephemeral().unwrap();
     let dest = "198.18.0.1:4000".parse().unwrap();
     assert_eq!(
-        ep.send_request(0, port, dest, 1, vec![0; 3_000_001], 0),
+        ep.send_request(Instant::ZERO, port, dest, 1, vec![0; 3_000_001], 0),
         Err(ApiError::MessageLength { len: 3_000_001, max: 3_000_000 })
     );
 }
@@ -69,11 +70,11 @@ fn bad_message_lengths_are_rejected() {
     let port = ep.bind_ephemeral().unwrap();
     let dest = "198.18.0.1:4000".parse().unwrap();
     assert_eq!(
-        ep.send_request(0, port, dest, 1, Vec::new(), 0),
+        ep.send_request(Instant::ZERO, port, dest, 1, Vec::new(), 0),
         Err(ApiError::MessageLength { len: 0, max: 1_000_000 })
     );
     assert_eq!(
-        ep.send_request(0, port, dest, 1, vec![0; 1_000_001], 0),
+        ep.send_request(Instant::ZERO, port, dest, 1, vec![0; 1_000_001], 0),
         Err(ApiError::MessageLength { len: 1_000_001, max: 1_000_000 })
     );
     assert_eq!(ep.rpc_count(), 0);
@@ -91,7 +92,7 @@ fn discarded_requests_and_aborted_calls_leave_nothing() {
         delivered: Vec<(ServerRpc, usize)>,
     }
     impl App for OneWay {
-        fn on_event(&mut self, _: u64, _: NodeId, ep: &mut Endpoint, event: Event) {
+        fn on_event(&mut self, _: Instant, _: NodeId, ep: &mut Endpoint, event: Event) {
             if let Event::RequestReceived { rpc, message, .. } = event {
                 ep.discard(rpc).unwrap();
                 assert_eq!(ep.discard(rpc), Err(ApiError::UnknownRpc(rpc.id)));
@@ -121,14 +122,14 @@ fn late_timer_calls_still_resend() {
     let mut ep = Endpoint::new(config.clone()).unwrap();
     let port = ep.bind_ephemeral().unwrap();
     let server = "198.18.0.2:4000".parse().unwrap();
-    ep.send_request(0, port, server, 1, vec![1; 100], 0).unwrap();
+    ep.send_request(Instant::ZERO, port, server, 1, vec![1; 100], 0).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
-    while ep.poll_transmit(0, &mut buf).unwrap().is_some() {}
+    while ep.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some() {}
     let mut resends = 0;
     for k in 1..=4u64 {
         let now = k * 7 * config.tick(); // 7 ticks apart, never on a planned tick
-        ep.handle_timeout(now);
-        while let Some(t) = ep.poll_transmit(now, &mut buf).unwrap() {
+        ep.handle_timeout(Instant::from_nanos(now));
+        while let Some(t) = ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
             assert_eq!(buf[11], homa_core::wire::PacketType::Resend.code());
             assert_eq!(t.to, server);
             resends += 1;
@@ -142,8 +143,8 @@ fn client_ids_start_where_configured() {
     let mut ep = Endpoint::new(Config { first_client_id: 1 << 40, ..Config::default() }).unwrap();
     let port = ep.bind_ephemeral().unwrap();
     let dest = "198.18.0.2:4000".parse().unwrap();
-    assert_eq!(ep.send_request(0, port, dest, 1, vec![1], 0), Ok(1 << 40));
-    assert_eq!(ep.send_request(0, port, dest, 1, vec![1], 0), Ok((1 << 40) + 2));
+    assert_eq!(ep.send_request(Instant::ZERO, port, dest, 1, vec![1], 0), Ok(1 << 40));
+    assert_eq!(ep.send_request(Instant::ZERO, port, dest, 1, vec![1], 0), Ok((1 << 40) + 2));
 }
 
 #[test]
@@ -152,15 +153,21 @@ fn a_short_transmit_buffer_is_refused_and_an_event_waiting_is_due_now() {
     let mut ep = Endpoint::new(Config::default()).unwrap();
     let port = ep.bind_ephemeral().unwrap();
     let server: std::net::SocketAddr = "198.18.0.2:4000".parse().unwrap();
-    ep.send_request(0, port, server, 99, vec![1; 100], 0).unwrap();
+    ep.send_request(Instant::ZERO, port, server, 99, vec![1; 100], 0).unwrap();
     let need = ep.config().max_packet_len();
     let mut short = vec![0; need - 1];
-    assert_eq!(ep.poll_transmit(0, &mut short), Err(BufferTooShort { len: need - 1, need }));
+    assert_eq!(
+        ep.poll_transmit(Instant::ZERO, &mut short),
+        Err(BufferTooShort { len: need - 1, need })
+    );
     let mut buf = vec![0; need];
-    assert!(ep.poll_transmit(0, &mut buf).unwrap().is_some(), "the refusal lost nothing");
+    assert!(
+        ep.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some(),
+        "the refusal lost nothing"
+    );
     // An event not yet taken is work due now.
     ep.handle_unreachable(server, None);
-    assert_eq!(ep.poll_timeout(), Some(0));
+    assert_eq!(ep.poll_timeout(), Some(Instant::ZERO));
     assert!(ep.poll_event().is_some());
-    assert!(ep.poll_timeout().is_none_or(|d| d > 0), "nothing is due once it is taken");
+    assert!(ep.poll_timeout().is_none_or(|d| d > Instant::ZERO), "nothing is due");
 }

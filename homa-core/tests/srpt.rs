@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use homa_core::Endpoint;
 use homa_core::testnet::{App, NodeId};
-use homa_core::{Config, Event};
+use homa_core::{Config, Event, Instant};
 
 /// Echo that also notes when each request reached the server.
 #[derive(Default)]
@@ -16,9 +16,9 @@ struct Timed {
 }
 
 impl App for Timed {
-    fn on_event(&mut self, now: u64, host: NodeId, ep: &mut Endpoint, event: Event) {
+    fn on_event(&mut self, now: Instant, host: NodeId, ep: &mut Endpoint, event: Event) {
         if let Event::RequestReceived { message, .. } = &event {
-            self.arrivals.push((now, message.len()));
+            self.arrivals.push((now.as_nanos(), message.len()));
         }
         self.echo.on_event(now, host, ep, event);
     }

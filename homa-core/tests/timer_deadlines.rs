@@ -2,6 +2,7 @@
 //! `poll_timeout` is later than now (or `None`), so a driver that follows the contract never
 //! spins. (An event not yet taken makes `poll_timeout` say "now".)
 
+use homa_core::Instant;
 use std::net::SocketAddr;
 
 use homa_core::{Config, Endpoint};
@@ -18,9 +19,9 @@ fn no_wake_up_is_due_right_after_handle_timeout() {
         let port = ep.bind_ephemeral().unwrap();
         // The server never answers: the client resends, then times out.
         let server: SocketAddr = "198.18.0.2:4000".parse().unwrap();
-        ep.send_request(0, port, server, 99, vec![1; 3000], 0).unwrap();
+        ep.send_request(Instant::ZERO, port, server, 99, vec![1; 3000], 0).unwrap();
         let mut buf = vec![0; config.max_packet_len()];
-        while ep.poll_transmit(0, &mut buf).unwrap().is_some() {}
+        while ep.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some() {}
         let (mut wake_ups, mut failures) = (0, 0);
         while let Some(now) = ep.poll_timeout() {
             ep.handle_timeout(now);

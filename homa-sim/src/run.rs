@@ -1,6 +1,7 @@
 //! Running a simulation: Poisson arrivals of messages between random hosts, every host a
 //! `homa_core::Endpoint` on the fabric, and the bookkeeping of each message's completion.
 
+use homa_core::Instant;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -242,7 +243,7 @@ impl Driver {
 }
 
 fn send(
-    now: u64,
+    now: Instant,
     ep: &mut Endpoint,
     port: u16,
     dst: usize,
@@ -253,7 +254,8 @@ fn send(
 }
 
 impl App for Driver {
-    fn on_event(&mut self, now: u64, host: usize, ep: &mut Endpoint, event: Event) {
+    fn on_event(&mut self, at: Instant, host: usize, ep: &mut Endpoint, event: Event) {
+        let now = at.as_nanos();
         match event {
             Event::RequestReceived { rpc, message, .. } => {
                 let len = message.len() as u64;
@@ -261,7 +263,7 @@ impl App for Driver {
                 match self.mode {
                     Mode::Rpc => {
                         self.delivered_bytes += len; // requests count as delivered too
-                        if ep.send_response(now, rpc, self.zeros.get(len)).is_err() {
+                        if ep.send_response(at, rpc, self.zeros.get(len)).is_err() {
                             self.send_errors += 1;
                         }
                     }

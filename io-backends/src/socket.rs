@@ -1,6 +1,7 @@
 //! [`Socket`]: the application's view of Homa — calls (blocking or as futures), received
 //! requests and their replies, metrics and shutdown.
 
+use homa_core::Instant;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -665,7 +666,7 @@ impl Request {
             if inner.is_closed() {
                 return Err(Error::Shutdown);
             }
-            let sent = inner.endpoint.send_response(now, rpc, message);
+            let sent = inner.endpoint.send_response(Instant::from_nanos(now), rpc, message);
             inner.settle(false);
             match sent {
                 Err(

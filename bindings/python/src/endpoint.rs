@@ -1,5 +1,6 @@
 //! `homa.Endpoint`: the sans-IO core, one to one. Times are int nanoseconds from any origin.
 
+use homa_core::Instant;
 use homa_core::{Config, Event, ServerRpc as CoreServerRpc};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -221,7 +222,7 @@ impl Endpoint {
         let cookie = cookie.map(|c| int(c, "cookie")).transpose()?.unwrap_or(0);
         let message = buffer::payload(message)?;
         self.inner
-            .send_request(now, port, dest, dest_port, message, cookie)
+            .send_request(Instant::from_nanos(now), port, dest, dest_port, message, cookie)
             .map_err(|e| errors::api(py, e))
     }
 
@@ -235,7 +236,9 @@ impl Endpoint {
     ) -> PyResult<()> {
         let now = int(now, "now")?;
         let message = buffer::payload(message)?;
-        self.inner.send_response(now, rpc.0, message).map_err(|e| errors::api(py, e))
+        self.inner
+            .send_response(Instant::from_nanos(now), rpc.0, message)
+            .map_err(|e| errors::api(py, e))
     }
 
     /// Abandons client RPC ``id`` without an event.
@@ -274,14 +277,16 @@ impl Endpoint {
     ) -> PyResult<()> {
         let now = int(now, "now")?;
         let from = addr(source, "source")?;
-        let handled = buffer::with_bytes(data, |bytes| self.inner.handle_packet(now, from, bytes))?;
+        let handled = buffer::with_bytes(data, |bytes| {
+            self.inner.handle_packet(Instant::from_nanos(now), from, bytes)
+        })?;
         handled.map_err(|e| errors::wire(py, e))
     }
 
     /// Runs the timer work due at ``now``; harmless when nothing is due.
     fn handle_timeout(&mut self, now: &Bound<'_, PyAny>) -> PyResult<()> {
         let now = int(now, "now")?;
-        self.inner.handle_timeout(now);
+        self.inner.handle_timeout(Instant::from_nanos(now));
         Ok(())
     }
 
@@ -292,8 +297,10 @@ impl Endpoint {
         now: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Transmit>> {
         let now = int(now, "now")?;
-        let Some(t) =
-            self.inner.poll_transmit(now, &mut self.buf).expect("the buffer holds max_packet_len")
+        let Some(t) = self
+            .inner
+            .poll_transmit(Instant::from_nanos(now), &mut self.buf)
+            .expect("the buffer holds max_packet_len")
         else {
             return Ok(None);
         };
@@ -329,7 +336,7 @@ impl Endpoint {
     /// When :meth:`handle_timeout` must next run (int ns), or ``None`` if nothing is
     /// pending. A time at or before now means output is ready.
     fn poll_timeout(&mut self) -> Option<u64> {
-        self.inner.poll_timeout()
+        self.inner.poll_timeout().map(homa_core::Instant::as_nanos)
     }
 
     /// A snapshot of the counters, as a dict (the conformance suite's names: ``drops`` is a

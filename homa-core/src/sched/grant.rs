@@ -22,7 +22,7 @@ use crate::msg::incoming::InMessage;
 use crate::peer::{PeerId, PeerTable};
 use crate::rpc::{RpcRef, RpcTable};
 use crate::sched::tx::{Control, ControlBody, TxQueues};
-use crate::time::Instant;
+use crate::time::Nanos;
 
 /// Where the scheduler reads messages and writes GRANTs.
 pub(crate) struct GrantCx<'a> {
@@ -31,7 +31,7 @@ pub(crate) struct GrantCx<'a> {
     pub(crate) tx: &'a mut TxQueues,
     pub(crate) config: &'a Config,
     pub(crate) metrics: &'a mut Metrics,
-    pub(crate) now: Instant,
+    pub(crate) now: Nanos,
 }
 
 /// SRPT order: `a` outranks `b` if it has fewer bytes left, or as many and is older.
@@ -78,7 +78,7 @@ pub(crate) struct Grants {
     total_incoming: u64,
     /// Target of FIFO grants until it stops needing them.
     oldest: Option<RpcRef>,
-    next_fifo_grant: Instant,
+    next_fifo_grant: Nanos,
     /// Messages granted to since the caller last drained this list: they are now owed data,
     /// which the endpoint's timers must watch.
     granted: Vec<RpcRef>,

@@ -11,9 +11,9 @@ use alloc::collections::{BinaryHeap, VecDeque};
 use core::cmp::Reverse;
 use core::net::SocketAddr;
 
-use crate::Instant;
 use crate::rpc::RpcRef;
 use crate::time::Duration;
+use crate::time::Nanos;
 use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
 
 /// How far back in the control queue a new GRANT looks for one to merge with. GRANTs go to
@@ -48,7 +48,7 @@ pub(crate) enum ControlBody {
 #[derive(Debug)]
 pub(crate) struct Pacer {
     /// When the link will have sent everything handed to it so far.
-    link_idle: Instant,
+    link_idle: Nanos,
     max_backlog: Duration,
 }
 
@@ -58,17 +58,17 @@ impl Pacer {
     }
 
     /// Whether the queue is short enough for a deferrable packet now.
-    pub(crate) fn may_send(&self, now: Instant) -> bool {
+    pub(crate) fn may_send(&self, now: Nanos) -> bool {
         self.link_idle <= now.saturating_add(self.max_backlog)
     }
 
     /// When a deferrable packet may go.
-    pub(crate) fn next_slot(&self) -> Instant {
+    pub(crate) fn next_slot(&self) -> Nanos {
         self.link_idle.saturating_sub(self.max_backlog)
     }
 
     /// Accounts for a packet taking `wire_time` on the link.
-    pub(crate) fn record(&mut self, now: Instant, wire_time: Duration) {
+    pub(crate) fn record(&mut self, now: Nanos, wire_time: Duration) {
         self.link_idle = self.link_idle.max(now).saturating_add(wire_time);
     }
 }

@@ -1,6 +1,7 @@
 //! Shared helpers for the engine's tests: a star network of endpoints and an echo server.
 #![allow(dead_code)]
 
+use homa_core::Instant;
 use std::collections::HashMap;
 
 use homa_core::testnet::{self, App, LinkId, Network, NodeId};
@@ -23,7 +24,7 @@ pub(crate) struct Echo {
 }
 
 impl App for Echo {
-    fn on_event(&mut self, now: u64, host: NodeId, ep: &mut Endpoint, event: Event) {
+    fn on_event(&mut self, now: Instant, host: NodeId, ep: &mut Endpoint, event: Event) {
         match event {
             Event::RequestReceived { rpc, message, .. } => {
                 self.requests_served += 1;
@@ -133,9 +134,9 @@ pub(crate) fn run_timers_until_idle(ep: &mut Endpoint, mut now: u64, limit: u64)
     let mut buf = vec![0; ep.config().max_packet_len()];
     let mut events = vec![];
     while let Some(deadline) = ep.poll_timeout() {
-        now = now.max(deadline);
-        ep.handle_timeout(now);
-        while ep.poll_transmit(now, &mut buf).unwrap().is_some() {}
+        now = now.max(deadline.as_nanos());
+        ep.handle_timeout(Instant::from_nanos(now));
+        while ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap().is_some() {}
         events.extend(std::iter::from_fn(|| ep.poll_event()));
         assert!(now <= limit, "still busy at {now} ns: {:?}", ep.metrics());
     }

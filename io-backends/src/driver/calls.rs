@@ -1,6 +1,7 @@
 //! Calls and requests: what API threads and tasks wait for, and how the endpoint's events
 //! complete them.
 
+use homa_core::Instant;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
 use std::time::Duration;
 
-use homa_core::{ApiError, Event, FailReason, Instant, Payload, ServerRpc};
+use homa_core::time::Nanos;
+use homa_core::{ApiError, Event, FailReason, Payload, ServerRpc};
 
 use super::Inner;
 use crate::error::{Error, Result};
@@ -126,7 +128,7 @@ struct PendingCall {
     completion: Arc<Completion>,
     /// The destination as the application named it (for `Error::Unreachable`).
     dest: SocketAddr,
-    deadline: Option<Instant>,
+    deadline: Option<Nanos>,
 }
 
 /// A request received and not yet taken by the application.
@@ -142,7 +144,7 @@ pub(crate) struct Incoming {
 pub(super) struct Calls {
     calls: HashMap<u64, PendingCall, IdHash>,
     /// Application deadlines of calls: (when, id).
-    deadlines: BTreeSet<(Instant, u64)>,
+    deadlines: BTreeSet<(Nanos, u64)>,
     pub(super) requests: VecDeque<Incoming>,
     /// Tasks waiting for a request.
     pub(super) request_wakers: Vec<Waker>,
@@ -162,12 +164,12 @@ impl Calls {
     }
 
     /// The earliest call deadline.
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self) -> Option<Nanos> {
         self.deadlines.first().map(|&(when, _)| when)
     }
 
     /// Takes a call whose deadline is at or before `now`.
-    pub(super) fn pop_expired(&mut self, now: Instant) -> Option<u64> {
+    pub(super) fn pop_expired(&mut self, now: Nanos) -> Option<u64> {
         let &(when, id) = self.deadlines.first()?;
         (when <= now).then(|| {
             self.deadlines.pop_first();
@@ -242,7 +244,7 @@ impl Inner {
     /// Starts a call (the caller settles afterwards).
     pub(crate) fn start_call(
         &mut self,
-        now: Instant,
+        now: Nanos,
         port: u16,
         dest: SocketAddr,
         message: Payload,
@@ -256,7 +258,14 @@ impl Inner {
         }
         let transport = self.transport.as_ref().ok_or(Error::Shutdown)?;
         let peer = transport.peer(dest).ok_or(Error::AddressFamily(dest))?;
-        let id = self.endpoint.send_request(now, port, peer, dest.port(), message, 0)?;
+        let id = self.endpoint.send_request(
+            Instant::from_nanos(now),
+            port,
+            peer,
+            dest.port(),
+            message,
+            0,
+        )?;
         let completion = Arc::new(Completion::default());
         let deadline =
             timeout.map(|t| now.saturating_add(t.as_nanos().try_into().unwrap_or(u64::MAX)));
@@ -291,7 +300,7 @@ impl Inner {
     }
 
     /// Fails the calls whose deadline has passed with `Error::TimedOut`.
-    pub(super) fn expire_calls(&mut self, now: Instant) {
+    pub(super) fn expire_calls(&mut self, now: Nanos) {
         while let Some(id) = self.calls.pop_expired(now) {
             self.cancel(id, Some(Error::TimedOut));
         }

@@ -39,7 +39,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
 
-use homa_core::{Endpoint, Instant};
+use homa_core::Endpoint;
+use homa_core::time::Nanos;
 
 use calls::{Calls, ToWake};
 pub(crate) use calls::{Completion, Incoming};
@@ -55,7 +56,7 @@ use crate::transport::{Batch, RECV_SLOT_LEN, Transport, TransportStats, Waiter, 
 const BATCH: usize = 32;
 /// How long the driver thread stays off the transport after a leader leaves, expecting it
 /// (or another) back: a thread calling in a loop then costs no epoll_ctl per call.
-const LEADER_GRACE: Instant = 4_000_000;
+const LEADER_GRACE: Nanos = 4_000_000;
 
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
@@ -92,7 +93,7 @@ pub(crate) struct Inner {
     alarm: Alarm,
     allow: Vec<Cidr>,
     /// The time when the lock was last taken (nanoseconds since the driver started).
-    now: Instant,
+    now: Nanos,
     pub(crate) counters: DriverCounters,
 }
 
@@ -246,7 +247,7 @@ impl Shared {
     }
 
     /// Nanoseconds since the driver started: the endpoint's clock.
-    fn now(&self) -> Instant {
+    fn now(&self) -> Nanos {
         monotonic_ns().saturating_sub(self.origin)
     }
 
@@ -256,7 +257,7 @@ impl Shared {
 
     /// Runs `f` on the locked state with the current time, then wakes whoever `f` made
     /// ready.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner, Instant) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner, Nanos) -> R) -> R {
         let mut inner = self.lock();
         let now = inner.clock(self.now());
         let r = f(&mut inner, now);

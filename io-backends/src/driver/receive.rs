@@ -1,10 +1,11 @@
 //! Receiving: batches of datagrams into the endpoint, or large DATA packets received
 //! straight into their message.
 
+use homa_core::Instant;
 use std::mem;
 use std::net::SocketAddr;
 
-use homa_core::Instant;
+use homa_core::time::Nanos;
 use homa_core::wire::data;
 
 use super::{BATCH, Inner};
@@ -50,7 +51,7 @@ impl Inner {
     /// Receives what is waiting (a bounded number of batches; while bulk data arrives, a
     /// batch's worth, one datagram at a time) and feeds it to the endpoint; returns the
     /// number of datagrams.
-    pub(super) fn receive(&mut self, now: Instant) -> usize {
+    pub(super) fn receive(&mut self, now: Nanos) -> usize {
         if self.intake.placing {
             return self.receive_bulk(now);
         }
@@ -86,7 +87,7 @@ impl Inner {
     /// received in place if it can be, else alone by copy, and each answered at once (the
     /// sender may be waiting for its GRANTs). Then the caller's turn: it may be waiting for
     /// what came.
-    fn receive_bulk(&mut self, now: Instant) -> usize {
+    fn receive_bulk(&mut self, now: Nanos) -> usize {
         let mut got = 0;
         while got < BATCH && self.intake.placing {
             // (A datagram taken by copy may end the bulk mode.)
@@ -102,7 +103,7 @@ impl Inner {
 
     /// Receives one datagram (one `recvfrom`, no batch set up) and feeds it to the endpoint;
     /// returns how many it took, 0 or 1.
-    pub(super) fn receive_one(&mut self, now: Instant) -> usize {
+    pub(super) fn receive_one(&mut self, now: Nanos) -> usize {
         let mut rx = mem::replace(&mut self.intake.rx1, Batch::new(0, 0));
         rx.clear();
         if let Some(Err(e)) = self.transport.as_mut().map(|t| t.recv(&mut rx)) {
@@ -117,7 +118,7 @@ impl Inner {
     /// Receives the next datagram straight into its message, if it is a large DATA packet
     /// that extends its message in order (see `Endpoint::place`); returns whether it
     /// took it. If not, it is left for `recv`.
-    fn receive_in_place(&mut self, now: Instant) -> bool {
+    fn receive_in_place(&mut self, now: Nanos) -> bool {
         let mut head = [0; data::HEADER_LEN];
         let Some((from, len)) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
             return false;
@@ -128,22 +129,23 @@ impl Inner {
         let payload_len = len - data::HEADER_LEN;
         let Some(transport) = self.transport.as_mut() else { return false };
         let mut failed = None;
-        let placed = self.endpoint.place(now, from, &head, payload_len, |message| {
-            let mut got = [0; data::HEADER_LEN];
-            match transport.recv_split(&mut got, message, payload_len) {
-                Ok(Some(f)) if f == from && got == head => true,
-                // Another datagram than the one peeked at: never seen (receives are
-                // serialized). What it appended is past the message's bytes, and goes.
-                Ok(_) => {
-                    tracing::debug!("a datagram other than the one peeked at: dropped");
-                    false
+        let placed =
+            self.endpoint.place(Instant::from_nanos(now), from, &head, payload_len, |message| {
+                let mut got = [0; data::HEADER_LEN];
+                match transport.recv_split(&mut got, message, payload_len) {
+                    Ok(Some(f)) if f == from && got == head => true,
+                    // Another datagram than the one peeked at: never seen (receives are
+                    // serialized). What it appended is past the message's bytes, and goes.
+                    Ok(_) => {
+                        tracing::debug!("a datagram other than the one peeked at: dropped");
+                        false
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        false
+                    }
                 }
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            }
-        });
+            });
         if let Some(e) = failed {
             self.receive_failed(&e);
             return false;
@@ -155,7 +157,7 @@ impl Inner {
     /// drains next (before receiving more, or settling), so the endpoint answers the whole
     /// batch together: one GRANT per message, not one per DATA packet; the DATA that GRANTs
     /// allow, in runs. Large datagrams start receiving in place, if the transport can.
-    pub(super) fn feed(&mut self, now: Instant, rx: &Batch) {
+    pub(super) fn feed(&mut self, now: Nanos, rx: &Batch) {
         if !rx.is_empty() {
             // (Not for what GRO coalesced: several small packets.)
             self.intake.placing =
@@ -170,7 +172,7 @@ impl Inner {
             }
             for packet in d.packets(bytes) {
                 // Malformed packets are counted by the endpoint; nothing else to do.
-                let _ = self.endpoint.handle_packet(now, d.addr, packet);
+                let _ = self.endpoint.handle_packet(Instant::from_nanos(now), d.addr, packet);
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use std::thread::ThreadId;
 
-use homa_core::Instant;
+use homa_core::time::Nanos;
 
 /// A thread that leads: it receives from the transport itself while it waits, so the
 /// packet it waits for wakes it directly (see the module docs).
@@ -18,12 +18,12 @@ pub(crate) struct Lead {
     /// not in `poll`: wake it through the waiter, not the kick eventfd.
     pub(crate) blocking: bool,
     /// When its wait ends, while it sleeps in the waiter (the driver thread wakes it then).
-    pub(crate) until: Option<Instant>,
+    pub(crate) until: Option<Nanos>,
     /// It holds the lock for a turn: what it completes itself needs no kick.
     pub(crate) in_turn: bool,
     /// The grace period that was running when it claimed leadership (see
     /// [`Receiver::Grace`]), resumed when it steps down if enough of it is left.
-    pub(crate) grace: Option<Instant>,
+    pub(crate) grace: Option<Nanos>,
 }
 
 /// Who receives from the transport.
@@ -38,7 +38,7 @@ pub(crate) enum Receiver {
     /// Nobody receives: a leader left with nobody waiting, and the driver thread stays off
     /// the transport until `until`, expecting it (or another) back: a thread calling in a
     /// loop then costs no epoll_ctl per call.
-    Grace { until: Instant },
+    Grace { until: Nanos },
     /// An event loop drives the socket through a [`Poller`](crate::Poller) from `thread`:
     /// it watches the transport and receives; the driver thread only runs timers, and only
     /// the loop's thread may lead.
@@ -87,7 +87,7 @@ impl Receiver {
     }
 
     /// When the driver thread resumes watching, in a grace period.
-    pub(crate) fn grace(self) -> Option<Instant> {
+    pub(crate) fn grace(self) -> Option<Nanos> {
         match self {
             Receiver::Grace { until } => Some(until),
             _ => None,
@@ -158,7 +158,7 @@ impl Receiver {
     /// requests) the driver thread takes over now; else, if it was off the transport,
     /// after a grace period ending at `grace` (kept if one is already running with at
     /// least half of it left: calls in a loop then keep one deadline for a while).
-    pub(crate) fn step_down(&mut self, others_wait: bool, grace: Instant, half: Instant) -> Watch {
+    pub(crate) fn step_down(&mut self, others_wait: bool, grace: Nanos, half: Nanos) -> Watch {
         match *self {
             Receiver::Loop { thread, .. } => {
                 *self = Receiver::Loop { thread, lead: None };
@@ -232,7 +232,7 @@ impl Receiver {
 mod tests {
     use super::*;
 
-    const GRACE: Instant = 4_000_000;
+    const GRACE: Nanos = 4_000_000;
 
     fn me() -> ThreadId {
         std::thread::current().id()

@@ -1,6 +1,7 @@
 //! The driver through a fake transport: datagrams in memory, the server played by a
 //! `homa_core::Endpoint` in the test, receive and send errors on demand. No sockets.
 
+use homa_core::Instant;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -253,15 +254,15 @@ impl Setup {
         let mut buf = vec![0; server.config().max_packet_len()];
         loop {
             for (_, bytes) in self.net.sent(Duration::from_secs(10)) {
-                server.handle_packet(0, client, &bytes).unwrap();
+                server.handle_packet(Instant::ZERO, client, &bytes).unwrap();
             }
             if let Some(Event::RequestReceived { rpc, message, .. }) = server.poll_event() {
-                server.send_response(0, rpc, message).unwrap();
+                server.send_response(Instant::ZERO, rpc, message).unwrap();
                 break;
             }
         }
         self.net.wire().recv_error = recv_error;
-        while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
+        while let Some(t) = server.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
             self.net.deliver(SERVER.parse().unwrap(), buf[..t.len].to_vec());
         }
     }
@@ -414,12 +415,12 @@ fn a_failed_send_is_a_lost_packet() {
     let mut buf = vec![0; server.config().max_packet_len()];
     while !c.is_done() {
         for (_, bytes) in s.net.sent(Duration::from_secs(10)) {
-            server.handle_packet(0, client, &bytes).unwrap();
+            server.handle_packet(Instant::ZERO, client, &bytes).unwrap();
         }
         while let Some(Event::RequestReceived { rpc, message, .. }) = server.poll_event() {
-            server.send_response(0, rpc, message).unwrap();
+            server.send_response(Instant::ZERO, rpc, message).unwrap();
         }
-        while let Some(t) = server.poll_transmit(0, &mut buf).unwrap() {
+        while let Some(t) = server.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
             s.net.deliver(SERVER.parse().unwrap(), buf[..t.len].to_vec());
         }
         if c.is_done() {

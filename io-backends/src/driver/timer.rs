@@ -4,11 +4,11 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use homa_core::Instant;
+use homa_core::time::Nanos;
 
 /// How late a timer tick may fire (see [`Alarm::arm`]): a busy socket's leader runs it
 /// first. Ticks are a millisecond; Homa acts on several of them.
-pub(super) const TICK_SLACK: Instant = 250_000;
+pub(super) const TICK_SLACK: Nanos = 250_000;
 
 /// The timerfd and what it is set to.
 #[derive(Debug)]
@@ -17,15 +17,15 @@ pub(super) struct Alarm {
     /// The monotonic clock's reading at the driver's time 0.
     origin: u64,
     /// The endpoint's timer tick in nanoseconds.
-    pub(super) tick_ns: Instant,
+    pub(super) tick_ns: Nanos,
     /// When the timerfd fires (until the driver thread consumes the expiry).
-    armed: Option<Instant>,
+    armed: Option<Nanos>,
     /// The deadline `armed` was set for.
-    armed_for: Instant,
+    armed_for: Nanos,
 }
 
 impl Alarm {
-    pub(super) fn new(fd: RawFd, origin: u64, tick_ns: Instant) -> Alarm {
+    pub(super) fn new(fd: RawFd, origin: u64, tick_ns: Nanos) -> Alarm {
         Alarm { fd, origin, tick_ns, armed: None, armed_for: 0 }
     }
 
@@ -51,7 +51,7 @@ impl Alarm {
     ///
     /// Without a deadline the timer is left as it is (it may wake the driver once for
     /// nothing).
-    pub(super) fn arm(&mut self, deadline: Option<Instant>, now: Instant) {
+    pub(super) fn arm(&mut self, deadline: Option<Nanos>, now: Nanos) {
         let Some(d) = deadline else { return };
         if self.armed.is_some() && self.armed_for == d {
             return; // the common case: nothing moved
@@ -86,7 +86,7 @@ impl Alarm {
 }
 
 /// The earlier of two optional deadlines.
-pub(super) fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+pub(super) fn earlier(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

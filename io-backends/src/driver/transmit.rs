@@ -2,6 +2,7 @@
 //! packets (into the send batch) and events, run what is due, arm the alarm, send.
 
 use homa_core::Instant;
+use homa_core::time::Nanos;
 
 use super::timer::earlier;
 use super::{BATCH, Inner, receive::RX_ROUNDS};
@@ -13,10 +14,10 @@ const TIMER_ROUNDS: usize = 8;
 impl Inner {
     /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
     /// when full) and every event.
-    pub(super) fn drain(&mut self, now: Instant) {
+    pub(super) fn drain(&mut self, now: Nanos) {
         while let Some((t, tail)) = self
             .endpoint
-            .poll_transmit_gather(now, self.tx.next_slot())
+            .poll_transmit_gather(Instant::from_nanos(now), self.tx.next_slot())
             .expect("send slots hold max_packet_len")
         {
             let d = Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 };
@@ -47,17 +48,18 @@ impl Inner {
     }
 
     /// Records the time at which the lock was taken (never going backwards).
-    pub(crate) fn clock(&mut self, now: Instant) -> Instant {
+    pub(crate) fn clock(&mut self, now: Nanos) -> Nanos {
         self.now = self.now.max(now);
         self.now
     }
 
     /// The earliest of the endpoint's deadline, the calls' deadlines, a grace period's end
     /// and the end of a blocked leader's wait.
-    pub(super) fn next_deadline(&mut self) -> Option<Instant> {
+    pub(super) fn next_deadline(&mut self) -> Option<Nanos> {
         let leader_until = self.receiver.lead().and_then(|l| l.until);
         let own = earlier(self.receiver.grace(), leader_until);
-        earlier(earlier(self.endpoint.poll_timeout(), self.calls.next_deadline()), own)
+        let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
+        earlier(earlier(endpoint, self.calls.next_deadline()), own)
     }
 
     /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,
@@ -100,7 +102,7 @@ impl Inner {
                 }
                 rounds += 1;
                 self.expire_calls(now);
-                self.endpoint.handle_timeout(now);
+                self.endpoint.handle_timeout(Instant::from_nanos(now));
                 continue;
             }
             self.alarm.arm(next, self.now);

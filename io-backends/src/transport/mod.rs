@@ -542,9 +542,10 @@ mod tests {
         let a: SocketAddr = "1.2.3.4:5".parse().unwrap();
         let mut ep = homa_core::Endpoint::new(homa_core::Config::default()).unwrap();
         let port = ep.bind_ephemeral().unwrap();
-        ep.send_request(0, port, a, 1, vec![9; 5000], 0).unwrap();
+        ep.send_request(homa_core::Instant::ZERO, port, a, 1, vec![9; 5000], 0).unwrap();
         let mut head = vec![0; ep.config().max_packet_len()];
-        let (t, tail) = ep.poll_transmit_gather(0, &mut head).unwrap().unwrap();
+        let (t, tail) =
+            ep.poll_transmit_gather(homa_core::Instant::ZERO, &mut head).unwrap().unwrap();
         b.next_slot()[..3].fill(1);
         b.push_gather(Datagram { addr: a, len: 3, priority: 1, segment: 0 }, tail);
         b.next_slot()[..2].fill(2);

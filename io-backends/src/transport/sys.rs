@@ -924,10 +924,12 @@ mod tests {
         let to: SocketAddr = "198.18.0.1:1".parse().unwrap();
         let port = ep.bind_ephemeral().unwrap();
         // 2,847 bytes go first (SRPT) as 1,424 + 1,423, then 3,000 as 1,424 + 1,424 + 152.
-        ep.send_request(0, port, to, 99, vec![1; 3000], 0).unwrap();
-        ep.send_request(0, port, to, 99, vec![2; 2847], 1).unwrap();
+        ep.send_request(homa_core::Instant::ZERO, port, to, 99, vec![1; 3000], 0).unwrap();
+        ep.send_request(homa_core::Instant::ZERO, port, to, 99, vec![2; 2847], 1).unwrap();
         let mut batch = Batch::new(8, ep.config().max_packet_len());
-        while let Some((t, tail)) = ep.poll_transmit_gather(0, batch.next_slot()).unwrap() {
+        while let Some((t, tail)) =
+            ep.poll_transmit_gather(homa_core::Instant::ZERO, batch.next_slot()).unwrap()
+        {
             batch.push_gather(Datagram { addr: to, len: t.len, priority: 5, segment: 0 }, tail);
         }
         let lens: Vec<usize> = (0..batch.len()).map(|i| batch.datagram_len(i)).collect();
