@@ -317,11 +317,19 @@ impl Endpoint {
     }
 
     fn check_message(&self, payload: &Payload) -> Result<(), ApiError> {
+        self.check_send(payload.len())
+    }
+
+    /// Whether a message of `len` bytes could be sent now: [`ApiError::MessageLength`]
+    /// unless it holds 1..=`max_message_length` bytes, [`ApiError::TxBufferFull`] while the
+    /// bytes of outgoing messages would pass `wmem_max` (a driver can queue it until some
+    /// finish). Changes nothing.
+    pub fn check_send(&self, len: usize) -> Result<(), ApiError> {
         let max = self.config.max_message_length;
-        if payload.is_empty() || payload.len() > max as usize {
-            return Err(ApiError::MessageLength { len: payload.len(), max });
+        if len == 0 || len > max as usize {
+            return Err(ApiError::MessageLength { len, max });
         }
-        if self.tx_bytes + payload.len() as u64 > self.config.wmem_max {
+        if self.tx_bytes + len as u64 > self.config.wmem_max {
             return Err(ApiError::TxBufferFull);
         }
         Ok(())
@@ -571,6 +579,7 @@ impl Endpoint {
         let x = self.rpcs.get_mut(key.rpc)?;
         let m = x.msgout.as_mut()?;
         m.next_offset = end;
+        m.sent_tick = self.tick;
         let fully_sent = end == m.length;
         let bytes_left = m.bytes_left();
         let still_sendable = m.can_send_new();
@@ -702,7 +711,10 @@ impl Endpoint {
         let len = self.config.tick();
         if let Some(due) = self.timers.next_tick() {
             let late = self.now.saturating_sub(self.tick_start(due).saturating_add(len));
-            self.stalled += late;
+            // A tick boundary passed: the endpoint runs at least one tick on (the clock
+            // never goes back to a tick already seen).
+            let room = (self.now - self.stalled).saturating_sub((self.tick + 1) * len);
+            self.stalled += late.min(room);
         }
         // A division only when a tick boundary passes, not on every call.
         self.tick = (self.now - self.stalled) / len;
@@ -1164,19 +1176,27 @@ impl Endpoint {
             wire::resend::ALL_SENT => tx_end,
             length => rs.offset.saturating_add(length),
         };
-        if m.queue_resend(rs.offset, end, self.max_payload) && !x.resend_queued {
-            x.resend_queued = true;
-            self.tx.resends.push_back(r);
-        }
         // Asked for bytes beyond the grant: a GRANT must have been lost.
         let grant_lost = end > m.granted;
         if grant_lost {
             m.grant(end);
         }
-        // Nothing of the range sent yet: BUSY keeps the asker waiting. Not for a range past the
-        // end of the message, which never comes (the asker has another idea of the message,
-        // e.g. a damaged length): it must time out, not be kept waiting for ever.
-        if rs.offset >= tx_end && rs.offset < m.length {
+        // Granted bytes still unsent: we chose to send other messages first, and the asker
+        // heard nothing because of that, not because of a loss; what it lacks may be on its
+        // way. BUSY, as the module does: a real gap is asked for again once all granted is
+        // out. Otherwise resend what was sent of the range; if nothing was, BUSY too. Not
+        // for a range past the end of the message, which never comes (the asker has another
+        // idea of the message, e.g. a damaged length): it must time out, not wait for ever.
+        // New data sent within the last few ticks: the asker's RESEND crossed it (the asker
+        // counts `resend_ticks` silent ticks before asking, so it was not lost yet): BUSY.
+        let recent = self.tick.saturating_sub(m.sent_tick)
+            < u64::from(self.config.resend_ticks.saturating_sub(1).max(1));
+        let behind = tx_end < m.granted || recent;
+        if !behind && m.queue_resend(rs.offset, end, self.max_payload) && !x.resend_queued {
+            x.resend_queued = true;
+            self.tx.resends.push_back(r);
+        }
+        if (behind || rs.offset >= tx_end) && rs.offset < m.length {
             self.push_control(reply(ControlBody::Busy));
         }
         if grant_lost {
@@ -1297,7 +1317,7 @@ impl Endpoint {
         if !x.timer.worried {
             return;
         }
-        let silent = tick - x.timer.silent_since;
+        let silent = tick.saturating_sub(x.timer.silent_since);
         let c = &self.config;
         // A server waiting for grants hears nothing while its client grants other messages
         // first (more than `max_overcommit` arriving, the rest queued): it keeps its response
@@ -1369,7 +1389,10 @@ impl Endpoint {
         }
     }
 
+    /// Wakes `r` at `tick`, or at the current tick if that has passed (a plan made from an
+    /// old silence start): not in the past, which would read as a timer the driver ran late.
     fn arm(&mut self, r: RpcRef, tick: u64) {
+        let tick = tick.max(self.tick);
         if let Some(x) = self.rpcs.get_mut(r) {
             x.timer.armed_tick = Some(tick);
             self.timers.push(tick, r);
@@ -1377,7 +1400,8 @@ impl Endpoint {
     }
 
     /// Asks the peer for missing bytes (`homa_request_retrans`): one RESEND per gap and one
-    /// for [received, granted), or RESEND(0, all) when nothing of the message arrived.
+    /// for [received, granted), or one for the first packet when nothing of the message
+    /// arrived.
     fn request_retransmission(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get(r) else { return };
         let priority = self.config.num_priorities - 1;
@@ -1397,7 +1421,11 @@ impl Endpoint {
                     resend(m.recv_end, m.granted - m.recv_end);
                 }
             }
-            None => resend(0, wire::resend::ALL_SENT),
+            // Nothing of the response yet: ask for its first packet only (as the module once
+            // did). The server may have sent it all while this RESEND was on its way (a busy
+            // server reads late), and all of a message being lost is rare; its first packet
+            // gives the length, and the next RESEND the gaps.
+            None => resend(0, self.max_payload),
         }
     }
 

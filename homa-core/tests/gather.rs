@@ -78,12 +78,13 @@ fn gathered_packets_equal_written_ones() {
     let (packets, sliced) = compare(&mut written, &mut gathered, 0);
     assert_eq!((packets, sliced), (30, 29));
 
-    // The server asks for bytes 1,000..5,000 again (and so for packets 0..=3 of 1,424 B).
+    // 5 ms later (sooner, the RESEND would have crossed fresh data and draw BUSY), the server
+    // asks for bytes 1,000..5,000 again (and so for packets 0..=3 of 1,424 B).
     let h = header::Repr::new(PacketType::Resend, SERVER_PORT, port, 3); // the server's id of RPC 2
     let ask = packet(h, Body::Resend(resend::Repr { offset: 1000, length: 4000, priority: 5 }));
     for ep in [&mut written, &mut gathered] {
-        ep.handle_packet(Instant::from_nanos(200_000), SERVER.parse().unwrap(), &ask).unwrap();
+        ep.handle_packet(Instant::from_nanos(5_000_000), SERVER.parse().unwrap(), &ask).unwrap();
     }
-    assert_eq!(compare(&mut written, &mut gathered, 200_000), (4, 4));
+    assert_eq!(compare(&mut written, &mut gathered, 5_000_000), (4, 4));
     assert_eq!(written.metrics().retransmitted_packets, 4);
 }

@@ -62,9 +62,11 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
     let id = ep.send_request(Instant::ZERO, port, server, SERVER_PORT, vec![1, 2, 3], 0).unwrap();
     let mut buf = vec![0; config.max_packet_len()];
     while ep.poll_transmit(Instant::ZERO, &mut buf).unwrap().is_some() {}
+    // resend_ticks later: a RESEND sooner would have crossed the DATA, and draw BUSY.
+    let later = Instant::from_nanos(5 * config.tick());
     let sent = |ep: &mut Endpoint, buf: &mut Vec<u8>| {
         let mut types = Vec::new();
-        while let Some(t) = ep.poll_transmit(Instant::from_nanos(1000), buf).unwrap() {
+        while let Some(t) = ep.poll_transmit(later, buf).unwrap() {
             types.push(wire::Repr::parse(&buf[..t.len]).unwrap().packet_type());
         }
         types
@@ -76,7 +78,7 @@ fn a_resend_past_the_end_of_the_message_draws_no_busy() {
         (0, 2, vec![PacketType::Data]),   // sent bytes: sent again
     ] {
         let rs = resend::Repr { offset, length, priority: 7 };
-        ep.handle_packet(Instant::from_nanos(1000), server, &packet(h, Body::Resend(rs))).unwrap();
+        ep.handle_packet(later, server, &packet(h, Body::Resend(rs))).unwrap();
         assert_eq!(sent(&mut ep, &mut buf), answer, "RESEND({offset}, {length})");
     }
 }

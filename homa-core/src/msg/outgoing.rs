@@ -118,6 +118,8 @@ pub(crate) struct OutMessage {
     pub(crate) granted: u32,
     /// First byte never sent (`next_xmit_offset`).
     pub(crate) next_offset: u32,
+    /// The tick that last sent new bytes (not resent ones).
+    pub(crate) sent_tick: u64,
     /// Level for scheduled bytes, from the latest GRANT.
     pub(crate) sched_priority: u8,
     /// Creation order, for SRPT ties and the pacer's FIFO picks.
@@ -145,6 +147,7 @@ impl OutMessage {
             unscheduled,
             granted: unscheduled,
             next_offset: 0,
+            sent_tick: 0,
             sched_priority: 0,
             birth,
             resend: Vec::new(),
