@@ -278,6 +278,10 @@ pub struct TransportStats {
     pub rx_in_place: u64,
     /// Peers reported unreachable (ICMP errors, failed sends).
     pub unreachable: u64,
+    /// Datagrams the kernel dropped because the socket's receive buffer was full (read
+    /// when the counters are; Homa's resends recover them). Raise `net.core.rmem_max`, or
+    /// receive faster, when it grows.
+    pub rx_overflow: u64,
 }
 
 impl TransportStats {
@@ -293,6 +297,7 @@ impl TransportStats {
             ("rx_dropped", t.rx_dropped),
             ("rx_in_place", t.rx_in_place),
             ("unreachable", t.unreachable),
+            ("rx_overflow", t.rx_overflow),
         ]
         .into_iter()
         .collect()

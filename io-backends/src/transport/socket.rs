@@ -286,7 +286,7 @@ impl Transport for SocketTransport {
     }
 
     fn stats(&self) -> TransportStats {
-        self.stats
+        TransportStats { rx_overflow: sys::receive_drops(self.fd()), ..self.stats }
     }
 
     /// UDP only: the waiter blocks in `recvmmsg` on a duplicate of the socket (which turns

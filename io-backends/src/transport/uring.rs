@@ -326,7 +326,7 @@ impl Transport for UringTransport {
     }
 
     fn stats(&self) -> TransportStats {
-        self.socket.stats
+        Transport::stats(&self.socket)
     }
 
     /// With the eventfd off, what waits is in the ring.
