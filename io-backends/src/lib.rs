@@ -39,6 +39,8 @@
 //!
 //! Linux only.
 
+#![warn(missing_docs)]
+
 mod cidr;
 mod driver;
 mod error;

@@ -169,26 +169,32 @@ impl Batch {
         Batch { buf, base, slot_len, items, tails }
     }
 
+    /// How many datagrams the batch holds when full.
     pub fn capacity(&self) -> usize {
         self.items.capacity()
     }
 
+    /// The bytes each slot holds: the longest datagram it takes.
     pub fn slot_len(&self) -> usize {
         self.slot_len
     }
 
+    /// How many datagrams the batch holds now.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Whether it holds no datagram.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    /// Whether every slot is taken.
     pub fn is_full(&self) -> bool {
         self.items.len() == self.capacity()
     }
 
+    /// Forgets every datagram; the slots stay allocated.
     pub fn clear(&mut self) {
         self.items.clear();
         self.tails.clear();
