@@ -1,7 +1,6 @@
 //! [`Socket`]: the application's view of Homa — calls (blocking or as futures), received
 //! requests and their replies, metrics and shutdown.
 
-use homa_core::Instant;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -285,7 +284,9 @@ impl Socket {
 
     /// Sends `message` to the Homa server at `dest` and blocks until its response arrives.
     /// `timeout` bounds the whole call; without one the call still fails with
-    /// [`Error::TimedOut`] if the server goes silent for Homa's timeout.
+    /// [`Error::TimedOut`] if the server goes silent for Homa's timeout. While the socket's
+    /// outgoing messages fill its send buffer (`Config::wmem_max`), the request waits for
+    /// room first, as a write to a full socket does.
     pub fn call(
         &self,
         dest: SocketAddr,
@@ -297,14 +298,29 @@ impl Socket {
 
     /// Starts a call and returns it as a [`Call`]: a future of the response (any
     /// executor), which can also be waited for with [`Call::wait`]. Argument errors are
-    /// returned here; dropping the `Call` before it finishes aborts the RPC.
+    /// returned here; dropping the `Call` before it finishes aborts the RPC. While the send
+    /// buffer is full the request waits for room inside the call (its `timeout` runs
+    /// meanwhile); [`try_call_async`](Socket::try_call_async) fails instead.
     pub fn call_async(
         &self,
         dest: SocketAddr,
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Call> {
-        self.start(dest, message.into(), timeout, false)
+        self.start(dest, message.into(), timeout, false, true)
+    }
+
+    /// As [`call_async`](Socket::call_async), but fails at once with
+    /// `Error::Api(ApiError::TxBufferFull)` when the send buffer has no room for the
+    /// request (or other requests already wait for room), for callers that shed load
+    /// rather than queue it.
+    pub fn try_call_async(
+        &self,
+        dest: SocketAddr,
+        message: impl Into<Payload>,
+        timeout: Option<Duration>,
+    ) -> Result<Call> {
+        self.start(dest, message.into(), timeout, false, false)
     }
 
     /// Starts a call that this thread will block on ([`Call::wait`],
@@ -340,16 +356,18 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Call> {
-        self.start(dest, message.into(), timeout, true)
+        self.start(dest, message.into(), timeout, true, true)
     }
 
-    /// Starts a call; with `lead`, claims leadership first if free (the caller will wait).
+    /// Starts a call; with `lead`, claims leadership first if free (the caller will wait);
+    /// with `wait`, a request without room waits for it.
     fn start(
         &self,
         dest: SocketAddr,
         message: Payload,
         timeout: Option<Duration>,
         lead: bool,
+        wait: bool,
     ) -> Result<Call> {
         let (started, leading) = self.shared.with(|inner, now| {
             let leading = lead && self.shared.claim(inner);
@@ -360,7 +378,7 @@ impl Socket {
             } else {
                 self.shared.need_driver(inner);
             }
-            let started = inner.start_call(now, self.port, dest, message, timeout);
+            let started = inner.start_call(now, self.port, dest, message, timeout, wait);
             inner.settle(false);
             (started, leading)
         });
@@ -447,6 +465,15 @@ impl Socket {
         Ok(Poller { shared: Arc::clone(&self.shared), fd })
     }
 
+    /// Blocks until this socket's endpoint holds no RPC: every call complete, every
+    /// response sent and acknowledged by its client, nothing waiting for room; or until
+    /// `timeout` passes. Returns whether it is idle. For a graceful shutdown: a response
+    /// whose last packet was lost is resent until then. Requests that arrive meanwhile are
+    /// received as usual.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        self.shared.wait_idle(timeout)
+    }
+
     /// A snapshot of the counters.
     pub fn metrics(&self) -> Metrics {
         self.shared.with(|inner, _| Metrics {
@@ -496,7 +523,8 @@ pub struct Call {
 }
 
 impl Call {
-    /// The RPC's id (even), for [`Socket::abort`].
+    /// This call's id on its socket, for [`Socket::abort`]: not the RPC's id on the wire (a
+    /// call waiting for room in the send buffer has none yet).
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -655,26 +683,18 @@ impl Request {
         self.rpc.id
     }
 
-    /// Sends the response. Succeeds silently if the client has gone away (as the module's
-    /// `sendmsg` does); fails with a message length error ([`Error::Api`]) or
+    /// Sends the response (or, while the send buffer is full, queues it until there is
+    /// room: it never blocks). Succeeds silently if the client has gone away (as the
+    /// module's `sendmsg` does); fails with a message length error ([`Error::Api`]) or
     /// [`Error::Shutdown`].
     pub fn reply(mut self, message: impl Into<Payload>) -> Result<()> {
         let message = message.into();
         let rpc = self.rpc;
         self.answered = true;
         self.shared.with(|inner, now| {
-            if inner.is_closed() {
-                return Err(Error::Shutdown);
-            }
-            let sent = inner.endpoint.send_response(Instant::from_nanos(now), rpc, message);
+            let sent = inner.reply(now, rpc, message);
             inner.settle(false);
-            match sent {
-                Err(
-                    homa_core::ApiError::UnknownRpc(_)
-                    | homa_core::ApiError::NotAwaitingResponse(_),
-                ) => Ok(()),
-                other => other.map_err(Error::from),
-            }
+            sent
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Calls and requests: what API threads and tasks wait for, and how the endpoint's events
-//! complete them.
+//! complete them. A send the endpoint has no room for (its outgoing bytes would pass
+//! `wmem_max`) waits for room, as a write to a full socket would, oldest first.
 
-use homa_core::Instant;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +10,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use homa_core::time::Nanos;
-use homa_core::{ApiError, Event, FailReason, Payload, ServerRpc};
+use homa_core::{ApiError, Event, FailReason, Instant, Payload, ServerRpc};
 
 use super::Inner;
 use crate::error::{Error, Result};
@@ -129,6 +129,17 @@ struct PendingCall {
     /// The destination as the application named it (for `Error::Unreachable`).
     dest: SocketAddr,
     deadline: Option<Nanos>,
+    /// The endpoint's RPC, once it took the request (until then the request waits for room).
+    rpc: Option<u64>,
+}
+
+/// A send waiting for room in the endpoint's send buffer.
+#[derive(Debug)]
+enum Waiting {
+    /// A call's request (call id; the request's source port, transport address, Homa port).
+    Call { id: u64, port: u16, peer: SocketAddr, dest_port: u16, message: Payload },
+    /// A server's response.
+    Reply { rpc: ServerRpc, message: Payload },
 }
 
 /// A request received and not yet taken by the application.
@@ -142,7 +153,11 @@ pub(crate) struct Incoming {
 /// Calls in flight and requests waiting to be taken.
 #[derive(Debug, Default)]
 pub(super) struct Calls {
+    /// By call id (the RPC's cookie).
     calls: HashMap<u64, PendingCall, IdHash>,
+    next_call: u64,
+    /// Sends waiting for room, oldest first.
+    waiting: VecDeque<Waiting>,
     /// Application deadlines of calls: (when, id).
     deadlines: BTreeSet<(Nanos, u64)>,
     pub(super) requests: VecDeque<Incoming>,
@@ -155,6 +170,16 @@ pub(super) struct Calls {
 impl Calls {
     pub(super) fn len(&self) -> usize {
         self.calls.len()
+    }
+
+    /// Whether sends wait for room.
+    pub(super) fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// Whether nothing is pending: no call, no send waiting for room.
+    pub(super) fn is_empty(&self) -> bool {
+        self.calls.is_empty() && self.waiting.is_empty()
     }
 
     /// Whether anyone waits for the transport: a call pending, or a thread or task waiting
@@ -213,8 +238,8 @@ impl Inner {
                 let wakers = std::mem::take(&mut self.calls.request_wakers);
                 self.to_wake.wakers.extend(wakers);
             }
-            Event::ResponseReceived { id, message, .. } => self.finish(id, Ok(message)),
-            Event::RpcFailed { id, reason, .. } => {
+            Event::ResponseReceived { cookie: id, message, .. } => self.finish(id, Ok(message)),
+            Event::RpcFailed { cookie: id, reason, .. } => {
                 let Some(dest) = self.calls.calls.get(&id).map(|c| c.dest) else { return };
                 let err = match reason {
                     FailReason::Timeout => Error::TimedOut,
@@ -241,7 +266,9 @@ impl Inner {
         }
     }
 
-    /// Starts a call (the caller settles afterwards).
+    /// Starts a call (the caller settles afterwards): sends the request, or with `wait`
+    /// queues it until the endpoint has room for it. Returns the call's id (for `cancel`)
+    /// and its completion.
     pub(crate) fn start_call(
         &mut self,
         now: Nanos,
@@ -249,6 +276,7 @@ impl Inner {
         dest: SocketAddr,
         message: Payload,
         timeout: Option<Duration>,
+        wait: bool,
     ) -> Result<(u64, Arc<Completion>)> {
         if self.is_closed() {
             return Err(Error::Shutdown);
@@ -258,31 +286,104 @@ impl Inner {
         }
         let transport = self.transport.as_ref().ok_or(Error::Shutdown)?;
         let peer = transport.peer(dest).ok_or(Error::AddressFamily(dest))?;
-        let id = self.endpoint.send_request(
-            Instant::from_nanos(now),
-            port,
-            peer,
-            dest.port(),
-            message,
-            0,
-        )?;
+        let id = self.calls.next_call;
+        // Behind sends already waiting, so that a long one is not passed for ever.
+        let rpc = match self.room_for(message.len()) {
+            Ok(()) => {
+                let at = Instant::from_nanos(now);
+                Some(self.endpoint.send_request(at, port, peer, dest.port(), message, id)?)
+            }
+            Err(ApiError::TxBufferFull) if wait => {
+                let dest_port = dest.port();
+                self.calls.waiting.push_back(Waiting::Call { id, port, peer, dest_port, message });
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.calls.next_call += 1;
         let completion = Arc::new(Completion::default());
         let deadline =
             timeout.map(|t| now.saturating_add(t.as_nanos().try_into().unwrap_or(u64::MAX)));
         if let Some(d) = deadline {
             self.calls.deadlines.insert((d, id));
         }
-        let call = PendingCall { completion: Arc::clone(&completion), dest, deadline };
+        let call = PendingCall { completion: Arc::clone(&completion), dest, deadline, rpc };
         self.calls.calls.insert(id, call);
         Ok((id, completion))
     }
 
+    /// Whether a message of `len` bytes may go now: it has a valid length, the endpoint has
+    /// room for it, and nothing waits before it.
+    fn room_for(&self, len: usize) -> Result<(), ApiError> {
+        self.endpoint.check_send(len)?;
+        if self.calls.waiting.is_empty() { Ok(()) } else { Err(ApiError::TxBufferFull) }
+    }
+
+    /// Answers request `rpc`, or queues the answer until the endpoint has room for it.
+    pub(crate) fn reply(&mut self, now: Nanos, rpc: ServerRpc, message: Payload) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Shutdown);
+        }
+        match self.room_for(message.len()) {
+            Ok(()) => {}
+            Err(ApiError::TxBufferFull) => {
+                self.calls.waiting.push_back(Waiting::Reply { rpc, message });
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        match self.endpoint.send_response(Instant::from_nanos(now), rpc, message) {
+            // The client went away: success, as the module's `sendmsg`.
+            Ok(()) | Err(ApiError::UnknownRpc(_) | ApiError::NotAwaitingResponse(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sends what waits for room, oldest first, while the endpoint has room; returns
+    /// whether anything went.
+    pub(super) fn send_waiting(&mut self, now: Nanos) -> bool {
+        let at = Instant::from_nanos(now);
+        let mut sent = false;
+        while let Some(front) = self.calls.waiting.front() {
+            let len = match front {
+                Waiting::Call { message, .. } | Waiting::Reply { message, .. } => message.len(),
+            };
+            if self.endpoint.check_send(len).is_err() {
+                break; // no room yet (lengths were checked when they queued)
+            }
+            sent = true;
+            match self.calls.waiting.pop_front().expect("looked at") {
+                Waiting::Call { id, port, peer, dest_port, message } => {
+                    match self.endpoint.send_request(at, port, peer, dest_port, message, id) {
+                        Ok(rpc) => {
+                            if let Some(call) = self.calls.calls.get_mut(&id) {
+                                call.rpc = Some(rpc);
+                            }
+                        }
+                        Err(e) => self.finish(id, Err(e.into())),
+                    }
+                }
+                Waiting::Reply { rpc, message } => {
+                    let _ = self.endpoint.send_response(at, rpc, message);
+                }
+            }
+        }
+        sent
+    }
+
     /// Abandons call `id`, completing it with `error` if given. Returns whether it existed.
     pub(crate) fn cancel(&mut self, id: u64, error: Option<Error>) -> bool {
-        if !self.calls.calls.contains_key(&id) {
-            return false;
+        let Some(call) = self.calls.calls.get(&id) else { return false };
+        match call.rpc {
+            Some(rpc) => {
+                let _ = self.endpoint.abort(rpc);
+            }
+            None => {
+                self.calls
+                    .waiting
+                    .retain(|w| !matches!(w, Waiting::Call { id: queued, .. } if *queued == id));
+            }
         }
-        let _ = self.endpoint.abort(id);
         match error {
             Some(e) => self.finish(id, Err(e)),
             None => {
@@ -292,8 +393,9 @@ impl Inner {
         true
     }
 
-    /// Fails every pending call with `Error::Shutdown`.
+    /// Fails every pending call with `Error::Shutdown` (and drops the replies waiting).
     pub(super) fn fail_all(&mut self) {
+        self.calls.waiting.clear();
         for id in self.calls.ids() {
             self.cancel(id, Some(Error::Shutdown));
         }

@@ -268,7 +268,7 @@ impl Shared {
         if leading {
             self.start_leading(&mut inner);
         }
-        let started = inner.start_call(now, port, dest, message, timeout);
+        let started = inner.start_call(now, port, dest, message, timeout, true);
         inner.settle(false);
         let completion = match started {
             Ok((_, c)) => c,

@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     /// The time when the lock was last taken (nanoseconds since the driver started).
     now: Nanos,
     pub(crate) counters: DriverCounters,
+    /// Threads waiting for the endpoint to become idle ([`Shared::wait_idle`]).
+    idle_waiters: usize,
 }
 
 /// What API threads and the driver thread share.
@@ -102,6 +104,8 @@ pub(crate) struct Inner {
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
     requests_ready: Condvar,
+    /// Notified when the endpoint holds no RPC and nothing is pending.
+    idle: Condvar,
     /// The driver thread's epoll set (transport, timer, wake).
     epoll: OwnedFd,
     /// The transport's readiness fd (stable for the transport's life).
@@ -172,6 +176,11 @@ impl Inner {
     pub(crate) fn is_closed(&self) -> bool {
         self.receiver.is_closed()
     }
+
+    /// The endpoint holds no RPC, and no call or reply waits.
+    fn is_idle(&self) -> bool {
+        self.endpoint.rpc_count() == 0 && self.calls.is_empty()
+    }
 }
 
 impl Shared {
@@ -224,10 +233,12 @@ impl Shared {
             allow,
             now: 0,
             counters: DriverCounters::default(),
+            idle_waiters: 0,
         };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             requests_ready: Condvar::new(),
+            idle: Condvar::new(),
             epoll,
             readiness,
             wake,
@@ -272,7 +283,11 @@ impl Shared {
         let new = mem::take(&mut to_wake.new_requests).min(inner.calls.request_sleepers);
         let kick = mem::take(&mut inner.to_wake.kick);
         let blocked = inner.receiver.leader_blocking();
+        let idle = inner.idle_waiters > 0 && inner.is_idle();
         drop(inner);
+        if idle {
+            self.idle.notify_all();
+        }
         if kick {
             let waiter = blocked.then(|| lock(&self.wake_waiter));
             match waiter.as_deref() {
@@ -394,6 +409,26 @@ impl Shared {
                 }
             };
             inner.calls.request_sleepers -= 1;
+        }
+    }
+
+    /// Blocks until the endpoint holds no RPC (every call complete, every response sent and
+    /// acknowledged) and nothing waits to be sent, or `timeout` passes; returns whether it
+    /// is idle. Whoever drives the socket meanwhile (the driver thread, a leader) goes on.
+    pub(crate) fn wait_idle(&self, timeout: Duration) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            if inner.is_closed() || inner.is_idle() {
+                return !inner.is_closed() || inner.endpoint.rpc_count() == 0;
+            }
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            inner.idle_waiters += 1;
+            inner = self.idle.wait_timeout(inner, left).unwrap_or_else(|e| e.into_inner()).0;
+            inner.idle_waiters -= 1;
         }
     }
 

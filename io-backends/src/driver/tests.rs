@@ -233,7 +233,7 @@ impl Setup {
         let port = self.port;
         self.shared.with(|inner, now| {
             self.shared.need_driver(inner);
-            let started = inner.start_call(now, port, server, message.to_vec().into(), None);
+            let started = inner.start_call(now, port, server, message.to_vec().into(), None, true);
             inner.settle(false);
             started.unwrap().1
         })

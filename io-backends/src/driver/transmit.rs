@@ -10,6 +10,9 @@ use crate::transport::Datagram;
 
 /// Timer passes in one go before leaving the rest to the (already due) timerfd.
 const TIMER_ROUNDS: usize = 8;
+/// How long the endpoint's timers may wait while the socket queue is taken first. A driver
+/// this far behind its input is overloaded: then lost packets are asked for anyway, late.
+const TIMER_DEFER_LIMIT: Nanos = 50_000_000;
 
 impl Inner {
     /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
@@ -73,14 +76,17 @@ impl Inner {
     pub(crate) fn settle(&mut self, timers: bool) {
         let now = self.now;
         let mut rounds = 0;
-        let mut drained = false;
+        let (mut drained, mut deferred, mut behind) = (false, false, false);
         loop {
             self.drain(now);
+            if self.calls.has_waiting() && self.send_waiting(now) {
+                continue; // drain what went (the events drained may have made room)
+            }
             if self.feed_unreachable() {
                 continue;
             }
             let next = self.next_deadline();
-            if timers && next.is_some_and(|d| d <= now) && rounds < TIMER_ROUNDS {
+            if timers && !deferred && next.is_some_and(|d| d <= now) && rounds < TIMER_ROUNDS {
                 // Timers judge silence: first take whatever waits in the socket queue (a
                 // leader or an event loop has read only what woke it), else data that has
                 // arrived looks missing and draws RESENDs (and duplicate retransmissions).
@@ -96,13 +102,26 @@ impl Inner {
                     {
                         got += self.receive(now);
                     }
+                    // Stopped by the round limit, not by an empty queue: more waits.
+                    behind = got >= RX_ROUNDS * BATCH;
                     if got > 0 {
                         continue;
                     }
                 }
                 rounds += 1;
-                self.expire_calls(now);
-                self.endpoint.handle_timeout(Instant::from_nanos(now));
+                self.expire_calls(now); // wall-clock deadlines, whatever the queue holds
+                let due = self.endpoint.poll_timeout().map(Instant::as_nanos);
+                // More waited in the socket queue than one turn takes: what it holds may be
+                // what the timers would judge missing. The next turn takes it first (the
+                // readiness fd stays readable); the endpoint leaves the ticks its timers ran
+                // late out of its silence count. Past `TIMER_DEFER_LIMIT` they run anyway.
+                // (A packet that arrived since the queue was found empty is no backlog.)
+                let overdue = due.is_some_and(|d| d.saturating_add(TIMER_DEFER_LIMIT) <= now);
+                if due.is_some_and(|d| d <= now) && !overdue && behind {
+                    deferred = true;
+                } else {
+                    self.endpoint.handle_timeout(Instant::from_nanos(now));
+                }
                 continue;
             }
             self.alarm.arm(next, self.now);
