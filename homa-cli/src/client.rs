@@ -59,6 +59,13 @@ pub(crate) struct Args {
     /// Seconds to start requests for.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     duration: f64,
+    /// Stop after starting this many requests (or when --duration is over, if sooner).
+    #[arg(long, value_name = "N")]
+    requests: Option<u64>,
+    /// Check that every response is its request, byte for byte (the server echoes, as
+    /// `homa server` does without --response-len); mismatches count as `corrupted`.
+    #[arg(long)]
+    verify: bool,
     /// udp, ip (needs CAP_NET_RAW), uring or uring-ip.
     #[arg(long, default_value = "udp")]
     transport: TransportKind,
@@ -233,6 +240,8 @@ struct Results {
     response_bytes: u64,
     errors: BTreeMap<&'static str, u64>,
     unfinished: u64,
+    /// Responses that were not their request (with `--verify`).
+    corrupted: u64,
 }
 
 struct InFlight {
@@ -251,6 +260,7 @@ fn collect(
     bins: usize,
     drain: Duration,
     done: &AtomicU64,
+    verify: Option<&[u8]>,
 ) -> Results {
     let mut r = Results { per_bin: vec![Samples::default(); bins], ..Results::default() };
     let mut calls: HashMap<u64, InFlight> = HashMap::new();
@@ -258,6 +268,9 @@ fn collect(
     let finish = |r: &mut Results, f: InFlight, result: homa_io::Result<Vec<u8>>, at: Instant| {
         match result {
             Ok(response) => {
+                if verify.is_some_and(|bytes| response != bytes[..f.len]) {
+                    r.corrupted += 1;
+                }
                 let rtt = at.saturating_duration_since(f.start);
                 r.per_bin[f.bin].push(rtt);
                 r.all.push(rtt);
@@ -366,9 +379,13 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         let (tx, slots, done) = (tx.clone(), Arc::clone(&slots), Arc::clone(&done));
         let nbins = bins.bounds.len();
         let drain = Duration::from_secs_f64(args.drain);
+        let (buf, verify) = (Arc::clone(&buf), args.verify);
         std::thread::Builder::new()
             .name("homa-client-collector".into())
-            .spawn(move || collect(&rx, &tx, &slots, nbins, drain, &done))
+            .spawn(move || {
+                let verify = verify.then_some(&buf[..]);
+                collect(&rx, &tx, &slots, nbins, drain, &done, verify)
+            })
             .map_err(Error::io("starting the collector thread"))?
     };
 
@@ -388,7 +405,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
             break;
         };
         next = at;
-        if next.duration_since(started) >= duration {
+        if next.duration_since(started) >= duration || args.requests.is_some_and(|n| sent >= n) {
             break;
         }
         loop {
@@ -561,6 +578,7 @@ impl Report<'_> {
                 "completed": r.completed,
                 "failed": self.failed(),
                 "unfinished": r.unfinished,
+                "corrupted": r.corrupted,
                 "late_starts": self.late,
                 "max_start_lag_us": us(self.max_lag.as_nanos() as u64),
             },
@@ -580,12 +598,20 @@ impl Report<'_> {
                 "retransmitted_packets": core.retransmitted_packets,
                 "client_timeouts": core.client_timeouts,
                 "restarts": core.restarts,
+                "resends_received": core.packets_in_by_type[2],
+                "resends_sent": core.packets_out_by_type[2],
+                "rpcs": core.rpcs,
+                "rx_bytes": core.rx_bytes,
+                "tx_bytes": core.tx_bytes,
+                "receive_errors": self.metrics.receive_errors,
+                "send_errors": self.metrics.send_errors,
                 "tx_datagrams": t.tx_datagrams,
                 "tx_calls": t.tx_calls,
                 "rx_datagrams": t.rx_datagrams,
                 "rx_calls": t.rx_calls,
                 "driver_wakeups": self.metrics.wakeups,
             },
+            "metrics": serde_json::Value::from(self.metrics.to_value()),
             "host": host_json(),
         })
     }
@@ -615,11 +641,12 @@ impl Report<'_> {
         }
         let _ = writeln!(
             s,
-            "started {}, completed {}, failed {}, unfinished {}; {} started late (concurrency limit {}), max start lag {:.0} us",
+            "started {}, completed {}, failed {}, unfinished {}{}; {} started late (concurrency limit {}), max start lag {:.0} us",
             self.sent,
             r.completed,
             self.failed(),
             r.unfinished,
+            if self.args.verify { format!(", corrupted {}", r.corrupted) } else { String::new() },
             self.late,
             self.args.concurrency,
             self.max_lag.as_secs_f64() * 1e6

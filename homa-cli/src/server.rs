@@ -22,9 +22,10 @@ Examples:
 
 Once the socket is open the server prints one line on stdout:
   listening on 127.0.0.1:4000 transport udp
-It runs until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully (requests being answered \
-are finished, the socket closed) and prints what it served and the endpoint's counters. Logs go \
-to stderr (RUST_LOG, or -v / -vv).")]
+It runs until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully: for up to 2 seconds it goes \
+on answering until every response has been acknowledged by its client (a lost packet of a \
+response is then still resent), then closes the socket and prints what it served and the \
+endpoint's counters (--json FILE: all of them). Logs go to stderr (RUST_LOG, or -v / -vv).")]
 pub(crate) struct Args {
     /// The Homa port to serve (1..=32767; with UDP also the UDP port). 0 picks a free one.
     #[arg(long)]
@@ -53,6 +54,9 @@ pub(crate) struct Args {
     /// Threads taking requests.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// At exit, also write what was served and every counter as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
     /// More log output (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -166,12 +170,17 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         .collect::<Result<_, _>>()?;
     let signal = signals.wait();
     tracing::info!(signal, "shutting down");
+    // Responses stay until their clients acknowledge them: one whose last packet was lost
+    // is still resent then.
+    if !socket.wait_idle(DRAIN) {
+        tracing::warn!("{} RPCs still open after {DRAIN:?}", socket.metrics().core.rpcs);
+    }
+    let m = socket.metrics();
     socket.shutdown();
     for w in workers {
         let _ = w.join();
     }
     let secs = started.elapsed().as_secs_f64();
-    let m = socket.metrics();
     let c = &m.core;
     let requests = served.requests.load(Ordering::Relaxed);
     let mut out = std::io::stdout().lock();
@@ -207,8 +216,27 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     for line in lines {
         writeln!(out, "{line}").map_err(Error::io("writing standard output"))?;
     }
-    out.flush().map_err(Error::io("writing standard output"))
+    out.flush().map_err(Error::io("writing standard output"))?;
+    if let Some(path) = &args.json {
+        let report = serde_json::json!({
+            "command": "server",
+            "local": local.to_string(),
+            "transport": socket.transport().name(),
+            "stopped_by": signal,
+            "seconds": secs,
+            "requests_answered": requests,
+            "request_bytes": served.request_bytes.load(Ordering::Relaxed),
+            "response_bytes": served.response_bytes.load(Ordering::Relaxed),
+            "reply_errors": served.reply_errors.load(Ordering::Relaxed),
+            "metrics": serde_json::Value::from(m.to_value()),
+        });
+        crate::bench::write_json(path, &report)?;
+    }
+    Ok(())
 }
+
+/// How long a stopping server waits for its responses to be acknowledged.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Answers requests until the socket shuts down: with `response_len` bytes, or echoing.
 pub(crate) fn serve(socket: &Socket, served: &Served, response_len: Option<usize>) {
