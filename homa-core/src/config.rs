@@ -163,9 +163,13 @@ config! {
 /// The type of a [`Field`]'s values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// An integer stored as a `u8`.
     U8,
+    /// An integer stored as a `u16`.
     U16,
+    /// An integer stored as a `u32`.
     U32,
+    /// An integer stored as a `u64`.
     U64,
     /// Eight `u32`s: [`Config::unsched_cutoffs`].
     Cutoffs,
@@ -178,10 +182,12 @@ pub struct Field {
     pub name: &'static str,
     /// The lines of its doc comment (each with the space that follows `///`).
     pub doc: &'static [&'static str],
+    /// The type of its values.
     pub kind: Kind,
     /// Bounds of its values (of each entry, for `Cutoffs`). [`Config::validate`] also checks
     /// rules between fields.
     pub min: u64,
+    /// Largest value it takes (of each entry, for `Cutoffs`).
     pub max: u64,
     /// Its value in `config`.
     pub get: fn(&Config) -> Value,
@@ -256,7 +262,12 @@ pub struct ConfigError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Problem {
     /// Outside the field's bounds (inclusive; [`Field::min`], [`Field::max`]).
-    OutOfRange { min: u64, max: u64 },
+    OutOfRange {
+        /// Smallest value allowed.
+        min: u64,
+        /// Largest value allowed.
+        max: u64,
+    },
     /// Set from a value that is not an integer.
     NotAnInteger,
     /// It breaks a rule, in words (one that involves other fields, or more than bounds).

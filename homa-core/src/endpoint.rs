@@ -37,7 +37,9 @@ pub struct Transmit {
 /// may write ([`Config::max_packet_len`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferTooShort {
+    /// Bytes in the buffer given.
     pub len: usize,
+    /// Bytes the endpoint may write ([`Config::max_packet_len`]).
     pub need: usize,
 }
 
@@ -92,17 +94,33 @@ pub enum Event {
     /// A complete request arrived on a bound port; answer with
     /// [`Endpoint::send_response`].
     RequestReceived {
+        /// The handle to answer it with.
         rpc: ServerRpc,
         /// The local port it arrived on.
         port: u16,
         /// The client's Homa port.
         client_port: u16,
+        /// The request's bytes.
         message: Vec<u8>,
     },
     /// The response to a request from [`Endpoint::send_request`] arrived.
-    ResponseReceived { id: u64, cookie: u64, message: Vec<u8> },
+    ResponseReceived {
+        /// The id `send_request` returned.
+        id: u64,
+        /// The cookie given to `send_request`.
+        cookie: u64,
+        /// The response's bytes.
+        message: Vec<u8>,
+    },
     /// A request from [`Endpoint::send_request`] will never get a response.
-    RpcFailed { id: u64, cookie: u64, reason: FailReason },
+    RpcFailed {
+        /// The id `send_request` returned.
+        id: u64,
+        /// The cookie given to `send_request`.
+        cookie: u64,
+        /// Why it failed.
+        reason: FailReason,
+    },
 }
 
 /// One host's Homa stack: bound ports, peers, RPCs, the receiver's grant scheduler and the

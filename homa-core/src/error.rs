@@ -8,7 +8,12 @@ use core::fmt;
 #[non_exhaustive]
 pub enum ApiError {
     /// Messages must hold 1..=`Config::max_message_length` bytes (1,000,000 by default).
-    MessageLength { len: usize, max: u32 },
+    MessageLength {
+        /// Bytes in the message given.
+        len: usize,
+        /// The limit, `Config::max_message_length`.
+        max: u32,
+    },
     /// A server port must be 1..=32767; 0 and 32768.. are reserved (the latter for ephemeral
     /// client ports).
     InvalidPort(u16),

@@ -81,6 +81,7 @@
 //! the endpoint panic, and the limits in [`Config`] bound its memory.
 #![no_std]
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate alloc;

@@ -33,12 +33,14 @@ const RING: usize = 4096;
 
 /// The application logic run at hosts: it sees every event and may call the endpoint.
 pub trait App {
+    /// Handles one event from `host`'s endpoint at `now`; it may call the endpoint.
     fn on_event(&mut self, now: Instant, host: NodeId, endpoint: &mut Endpoint, event: Event);
 }
 
 /// Collects events per host, for tests that inspect them afterwards.
 #[derive(Debug, Default)]
 pub struct Collect {
+    /// Every event in the order delivered, with its time and host.
     pub events: Vec<(Instant, NodeId, Event)>,
 }
 
@@ -53,10 +55,12 @@ impl App for Collect {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator started from `seed`.
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
+    /// The next uniformly distributed 64-bit value.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -84,10 +88,13 @@ impl Rng {
 /// Seeded misbehaviour of a link, each a per-packet probability.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Faults {
+    /// Probability a packet is dropped.
     pub loss: f64,
+    /// Probability a packet is delivered twice.
     pub duplicate: f64,
     /// Probability a packet is held back by up to `reorder_delay` extra.
     pub reorder: f64,
+    /// Bound (exclusive, in nanoseconds) of the extra delay `reorder` adds.
     pub reorder_delay: Duration,
     /// Probability one random bit of the packet is flipped.
     pub corrupt: f64,
@@ -96,7 +103,9 @@ pub struct Faults {
 /// Counters of one link.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkStats {
+    /// Packets put on the link, those then lost to faults included.
     pub packets: u64,
+    /// Bytes of those packets, not counting the link's `overhead`.
     pub bytes: u64,
     /// Dropped because the queue was at its byte limit.
     pub overflow_drops: u64,
@@ -109,10 +118,13 @@ pub struct LinkStats {
 /// A one-way link and its output queues.
 #[derive(Debug)]
 pub struct Link {
+    /// The sending node.
     pub from: NodeId,
+    /// The receiving node.
     pub to: NodeId,
     /// Bits per second.
     pub rate_bps: u64,
+    /// Propagation delay, in nanoseconds.
     pub delay: Duration,
     /// Bytes added to each packet's length on the wire (lower headers, framing, gaps).
     pub overhead: u32,
@@ -121,7 +133,9 @@ pub struct Link {
     /// One FIFO queue instead of eight strict-priority ones, as a host NIC: packets keep
     /// their priority for the switches downstream.
     pub fifo: bool,
+    /// Seeded faults applied to each packet.
     pub faults: Faults,
+    /// Counters since the link was added.
     pub stats: LinkStats,
     /// Boxed: most packets find the link idle and never queue, and the fields they do use
     /// then share fewer cache lines.
@@ -370,6 +384,7 @@ impl core::fmt::Debug for Network {
 }
 
 impl Network {
+    /// An empty network whose randomness all comes from `seed`.
     pub fn new(seed: u64) -> Network {
         Network {
             now: 0,
@@ -386,6 +401,7 @@ impl Network {
         }
     }
 
+    /// The virtual time, in nanoseconds.
     pub fn now(&self) -> Nanos {
         self.now
     }
@@ -459,14 +475,17 @@ impl Network {
         }
     }
 
+    /// Link `id`.
     pub fn link(&self, id: LinkId) -> &Link {
         &self.links[id]
     }
 
+    /// Link `id`, to change its settings or faults.
     pub fn link_mut(&mut self, id: LinkId) -> &mut Link {
         &mut self.links[id]
     }
 
+    /// Every link, indexed by [`LinkId`].
     pub fn links(&self) -> &[Link] {
         &self.links
     }
@@ -479,6 +498,7 @@ impl Network {
         }
     }
 
+    /// A host's transport address; panics for a switch.
     pub fn addr(&self, host: NodeId) -> SocketAddr {
         match &self.nodes[host] {
             NodeKind::Host { addr, .. } => *addr,

@@ -11,14 +11,20 @@ use core::fmt;
 /// A JSON-like value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// JSON's `null`.
     Null,
+    /// `true` or `false`.
     Bool(bool),
     /// Any integer a binding may hand in (JSON's, Python's `int` within 128 bits); what the
     /// core hands out is always 0..=u64::MAX.
     Int(i128),
+    /// A floating-point number.
     Float(f64),
+    /// A UTF-8 string.
     Str(String),
+    /// An ordered sequence of values (a JSON array).
     List(Vec<Value>),
+    /// String keys to values, in insertion order (a JSON object).
     Map(Map),
 }
 
@@ -29,6 +35,7 @@ pub struct Map {
 }
 
 impl Map {
+    /// An empty map.
     pub fn new() -> Map {
         Map::default()
     }
@@ -42,22 +49,27 @@ impl Map {
         }
     }
 
+    /// The value at `key`, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// Whether `key` is present.
     pub fn contains_key(&self, key: &str) -> bool {
         self.get(key).is_some()
     }
 
+    /// The entries, in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// Number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -82,6 +94,7 @@ impl Value {
         }
     }
 
+    /// The string, if the value is one.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -89,6 +102,7 @@ impl Value {
         }
     }
 
+    /// The items, if the value is a list.
     pub fn as_list(&self) -> Option<&[Value]> {
         match self {
             Value::List(l) => Some(l),
@@ -96,6 +110,7 @@ impl Value {
         }
     }
 
+    /// The entries, if the value is a map.
     pub fn as_map(&self) -> Option<&Map> {
         match self {
             Value::Map(m) => Some(m),

@@ -36,7 +36,9 @@ pub struct Workload {
 /// Why a CDF file was rejected, with the 1-based line number where it applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadError {
+    /// The 1-based line at fault; `None` when the problem is the file as a whole.
     pub line: Option<usize>,
+    /// What is wrong, in words.
     pub reason: String,
 }
 
@@ -135,6 +137,7 @@ impl Workload {
             .map_err(|e| WorkloadError { line: None, reason: format!("{name_or_path}: {e}") })
     }
 
+    /// The name it was built with (`w1`..`w5`, or a CDF file's stem).
     pub fn name(&self) -> &str {
         &self.name
     }

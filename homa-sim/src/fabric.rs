@@ -10,7 +10,9 @@ use serde::Serialize;
 /// Shape, speeds and delays of the fabric. Delays are in nanoseconds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Topology {
+    /// Number of hosts.
     pub hosts: usize,
+    /// Hosts under each ToR (the last rack may hold fewer).
     pub hosts_per_rack: usize,
     /// Spine (aggregation) switches; each ToR has one uplink to each.
     pub spines: usize,
@@ -62,10 +64,12 @@ impl Topology {
         }
     }
 
+    /// Number of racks, one ToR each.
     pub fn racks(&self) -> usize {
         self.hosts.div_ceil(self.hosts_per_rack)
     }
 
+    /// The rack that holds `host`.
     pub fn rack_of(&self, host: usize) -> usize {
         host / self.hosts_per_rack
     }
@@ -151,6 +155,7 @@ pub enum PortKind {
 /// A built fabric: the network and the links that matter for measurements.
 #[derive(Debug)]
 pub struct Fabric {
+    /// The simulated network: hosts, switches, links and routes.
     pub net: Network,
     /// Host i is node i.
     pub hosts: usize,

@@ -24,6 +24,8 @@
 //! assert!(report.slowdown.median >= 1.0);
 //! ```
 
+#![warn(missing_docs)]
+
 mod fabric;
 mod oracle;
 pub mod paper;

@@ -10,11 +10,15 @@ const ORACLE: &str = include_str!("../workloads/paper-oracle.txt");
 /// One bin of the paper's results: messages up to `upper` bytes (and above the previous bin).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct PaperBin {
+    /// Upper bound of the bin's message sizes, in bytes.
     pub upper: u64,
     /// Share of messages in the bin, in percent.
     pub percent: f64,
+    /// Mean slowdown.
     pub mean: f64,
+    /// Median slowdown.
     pub median: f64,
+    /// 99th-percentile slowdown.
     pub p99: f64,
 }
 
@@ -50,8 +54,11 @@ pub fn bins(workload: &str, load: f64) -> Option<Vec<PaperBin>> {
 /// One bin of the paper's SRPT oracle (see [`oracle_bins`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct OracleBin {
+    /// Upper bound of the bin's message sizes, in bytes.
     pub upper: u64,
+    /// Median slowdown.
     pub median: f64,
+    /// 99th-percentile slowdown.
     pub p99: f64,
 }
 

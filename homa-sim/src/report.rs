@@ -62,6 +62,7 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Empty bins with upper bounds `bounds` for `w`'s sizes (larger sizes go to the last).
     pub fn new(w: &Workload, bounds: &[u64]) -> Stats {
         let bin = |size: u64| bounds.partition_point(|&b| b < size).min(bounds.len() - 1);
         let bin_of = w.sizes().iter().map(|&s| bin(s)).collect();
@@ -128,9 +129,13 @@ pub struct Bin {
     pub upper: u64,
     /// Share of all messages at or below `upper` (the paper's x-axis position).
     pub cum_fraction: f64,
+    /// Measured messages of these sizes that completed.
     pub messages: u64,
+    /// Mean slowdown of those messages (`None`, like the other slowdowns, if there are none).
     pub mean: Option<f64>,
+    /// Median slowdown (nearest rank).
     pub median: Option<f64>,
+    /// 99th-percentile slowdown (nearest rank).
     pub p99: Option<f64>,
     /// The p99 as the paper's simulator read it from a histogram (see RESULTS.md): never
     /// above `p99`, and at most 1 % of the histogram's range below it unless its overflow
@@ -140,6 +145,7 @@ pub struct Bin {
     pub max: Option<f64>,
     /// The paper's Homa values for this bin, workload and load, where it has them.
     pub paper_median: Option<f64>,
+    /// The paper's Homa p99 for this bin, where it has one.
     pub paper_p99: Option<f64>,
     /// An ideal SRPT scheduler's values for the same messages (runs with
     /// [`SimConfig::oracle`]; its slowdown is time / (size / link rate), so it is not in
@@ -147,8 +153,10 @@ pub struct Bin {
     /// It completes every measured message, also those Homa left unfinished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle_messages: Option<u64>,
+    /// The oracle's median slowdown in this bin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle_median: Option<f64>,
+    /// The oracle's 99th-percentile slowdown in this bin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle_p99: Option<f64>,
     /// The paper's SRPT oracle for this bin (runs with [`SimConfig::oracle`], where the paper
@@ -160,18 +168,27 @@ pub struct Bin {
 /// The figures the paper's comparison uses.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Key {
+    /// The bin's upper bound in bytes ([`Bin::upper`]).
     pub bin_upper: u64,
+    /// Completed measured messages in the bin.
     pub messages: u64,
+    /// The bin's median slowdown.
     pub median: Option<f64>,
+    /// The bin's 99th-percentile slowdown.
     pub p99: Option<f64>,
+    /// The bin's p99 as the paper's simulator read it ([`Bin::p99_histogram`]).
     pub p99_histogram: Option<f64>,
+    /// The paper's Homa p99 for the bin.
     pub paper_p99: Option<f64>,
+    /// The SRPT oracle's p99 for the bin's messages.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oracle_p99: Option<f64>,
+    /// The paper's SRPT oracle p99 for the bin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paper_oracle_p99: Option<f64>,
 }
 
+/// The bins the paper's comparison looks at.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     /// The smallest messages' bin.
@@ -186,36 +203,54 @@ pub struct Summary {
     pub paper_worst_p99: Option<f64>,
 }
 
+/// Slowdown over all completed measured messages, every size together.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Overall {
     /// The lowest slowdown seen (1 when a message met the idle-network time).
     pub min: f64,
+    /// Mean slowdown.
     pub mean: f64,
+    /// Median slowdown (nearest rank).
     pub median: f64,
+    /// 99th-percentile slowdown (nearest rank).
     pub p99: f64,
 }
 
+/// The endpoint settings that shape the results (from [`SimConfig::endpoint`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProtocolSummary {
+    /// Priority levels in use.
     pub priorities: u8,
+    /// Most messages a receiver grants to at once.
     pub overcommit: u8,
     /// Levels for scheduled packets (`max_sched_prio` + 1).
     pub sched_levels: u8,
+    /// Receivers' unscheduled cutoffs: entry i is the largest message sent at level i.
     pub unsched_cutoffs: [u32; 8],
+    /// Bytes of each message sent before any grant.
     pub unsched_bytes: u32,
+    /// Fixed per-message grant window in bytes; 0 = dynamic.
     pub window: u32,
+    /// Cap on a receiver's granted-but-unreceived bytes.
     pub max_incoming: u32,
+    /// Largest IP packet, in bytes.
     pub mtu: u32,
+    /// Message bytes in a full DATA packet.
     pub payload_per_packet: u32,
+    /// Thousandths of link bandwidth reserved for FIFO grants.
     pub grant_fifo_fraction: u32,
+    /// Thousandths of pacer picks that go to the oldest message.
     pub pacer_fifo_fraction: u32,
+    /// The pacer holds data back while the estimated NIC queue exceeds this many µs.
     pub max_nic_est_backlog_usecs: u32,
 }
 
+/// The load the run offered, from [`SimConfig::load`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Offered {
     /// Target share of host link capacity, headers and grants included.
     pub load: f64,
+    /// Messages (RPCs in `Rpc` mode) each host starts per second, on average.
     pub messages_per_sec_per_host: f64,
     /// Application bytes per second per host, in Gbit/s.
     pub app_gbps_per_host: f64,
@@ -225,14 +260,19 @@ pub struct Offered {
     pub app_share: f64,
 }
 
+/// What the measurement window saw.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Measured {
     /// Share of host uplink capacity used while measured messages were created.
     pub load: f64,
     /// Message bytes delivered per host in that time (requests and responses), in Gbit/s.
     pub goodput_gbps_per_host: f64,
+    /// Length of the window in ns: from the first measured message's creation until the
+    /// arrivals of measured messages ended.
     pub window_ns: u64,
+    /// Measured messages created.
     pub messages: u64,
+    /// Measured messages that completed (those with a slowdown).
     pub completed: u64,
     /// Measured messages not complete when the run ended (left out of the slowdowns).
     pub unfinished: u64,
@@ -243,65 +283,100 @@ pub struct Measured {
 /// One switch output port.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Port {
+    /// What the port connects.
     pub kind: PortKind,
     /// Index of the switch among its kind (rack for a ToR).
     pub switch: usize,
+    /// Most bytes waiting in its queues (not counting the packet on the wire), from
+    /// the start of measurement to the end of the run.
     pub peak_queued_bytes: u64,
+    /// Packets dropped at its byte limit, over the same time.
     pub drops: u64,
 }
 
+/// Peak queue lengths and drops, from the start of measurement to the end of the run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Queues {
     /// Highest peak over all host NIC queues.
     pub host_nic_peak_bytes: u64,
+    /// Highest peak over ToR-to-host ports.
     pub tor_down_peak_bytes: u64,
+    /// Highest peak over ToR-to-spine ports.
     pub tor_up_peak_bytes: u64,
+    /// Highest peak over spine-to-ToR ports.
     pub spine_down_peak_bytes: u64,
+    /// Every switch output port, ordered by kind and switch.
     pub ports: Vec<Port>,
 }
 
+/// Endpoint counters summed over all hosts, for the whole run (warm-up included).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CoreCounters {
+    /// DATA packets sent, retransmissions included.
     pub data_packets: u64,
+    /// GRANT packets sent.
     pub grant_packets: u64,
+    /// Packets of every other type sent (RESEND, BUSY, ACK, ...).
     pub other_control_packets: u64,
+    /// DATA packets sent again in answer to RESEND or RPC_UNKNOWN.
     pub retransmitted_packets: u64,
     /// Packets the endpoints dropped on arrival (duplicates, unknown RPCs, ...).
     pub dropped_on_arrival: u64,
+    /// Client RPCs that failed with a timeout.
     pub client_timeouts: u64,
+    /// Server RPCs abandoned: request never completed, or response never acknowledged.
     pub server_timeouts: u64,
+    /// Client RPCs restarted after RPC_UNKNOWN.
     pub restarts: u64,
 }
 
+/// How much work the simulation took.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Work {
     /// Network actions executed (packet arrivals, links freeing, host timers).
     pub steps: u64,
     /// Packet transmissions over links (one per packet per hop).
     pub packet_hops: u64,
+    /// Simulated time at the end of the run, in ns.
     pub sim_end_ns: u64,
 }
 
 /// Everything a run measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
+    /// The workload's name.
     pub workload: String,
+    /// As configured: [`SimConfig::mode`].
     pub mode: Mode,
+    /// As configured: [`SimConfig::seed`].
     pub seed: u64,
+    /// As configured: [`SimConfig::stop`].
     pub stop: Stop,
+    /// As configured: [`SimConfig::warmup`].
     pub warmup: f64,
+    /// As configured: [`SimConfig::tail`].
     pub tail: Tail,
+    /// As configured: [`SimConfig::topology`].
     pub topology: Topology,
+    /// The endpoints' main settings.
     pub protocol: ProtocolSummary,
+    /// The load offered.
     pub offered: Offered,
+    /// Load, goodput and message counts of the measurement window.
     pub measured: Measured,
+    /// Slowdown over all completed measured messages.
     pub slowdown: Overall,
+    /// The bins the paper's comparison looks at.
     pub summary: Summary,
+    /// Slowdowns per message-size bin, smallest sizes first.
     pub bins: Vec<Bin>,
+    /// Peak queue lengths and per-port drops.
     pub queues: Queues,
     /// Packets dropped at full switch buffers.
     pub switch_drops: u64,
+    /// The endpoints' counters.
     pub core: CoreCounters,
+    /// The simulator's work.
     pub work: Work,
 }
 

@@ -57,16 +57,22 @@ pub enum Tail {
 /// Everything a run depends on. The same value gives the same [`Report`].
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    /// The fabric.
     pub topology: Topology,
+    /// Message sizes and their probabilities.
     pub workload: Workload,
     /// Offered network load: the share of host link capacity used, counting every header,
     /// Ethernet framing and GRANT packets (spec/homa-results.md §2).
     pub load: f64,
+    /// How messages are exchanged.
     pub mode: Mode,
+    /// When to stop creating measured messages.
     pub stop: Stop,
     /// Share of the run (messages or time) before measuring starts.
     pub warmup: f64,
+    /// How measured messages finish once all are created.
     pub tail: Tail,
+    /// Seed of all randomness: message arrivals, sizes and hosts, the endpoints, the network.
     pub seed: u64,
     /// Every host's endpoint configuration (its `seed` is replaced per host).
     pub endpoint: Config,
@@ -105,8 +111,12 @@ impl SimConfig {
 /// How far a run is, for progress displays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
+    /// Simulated time, in ns.
     pub now: u64,
+    /// Measured messages completed so far.
     pub measured_done: u64,
+    /// Measured messages to wait for: the [`Stop::Messages`] count, or for
+    /// [`Stop::Duration`] those created so far.
     pub measured_total: u64,
     /// Network actions executed so far.
     pub steps: u64,

@@ -34,10 +34,12 @@ impl Payload {
         }
     }
 
+    /// Bytes in the message.
     pub fn len(&self) -> usize {
         self.as_slice().len()
     }
 
+    /// Whether the message has no bytes.
     pub fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
@@ -89,14 +91,17 @@ impl PayloadSlice {
         PayloadSlice { bytes: payload.share(), start: start as usize, end: end as usize }
     }
 
+    /// The bytes this slice covers.
     pub fn as_slice(&self) -> &[u8] {
         &(*self.bytes).as_ref()[self.start..self.end]
     }
 
+    /// Bytes in the slice.
     pub fn len(&self) -> usize {
         self.end - self.start
     }
 
+    /// Whether the slice covers no bytes.
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }

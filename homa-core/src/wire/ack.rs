@@ -28,7 +28,9 @@ mod field {
 /// One acknowledged RPC: the client's (even) id and the server's port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Ack {
+    /// The RPC's id as the client knows it (even); 0 means no ack.
     pub client_id: u64,
+    /// Port of the server socket that holds the RPC.
     pub server_port: u16,
 }
 
@@ -67,6 +69,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Sets the count of valid leading slots (0..=5).
     pub fn set_num_acks(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), field::NUM_ACKS, v)
     }
@@ -119,6 +122,7 @@ impl Repr {
         Repr::from_slots(packet.num_acks(), core::array::from_fn(|i| packet.slot(i)))
     }
 
+    /// Bytes in the packet: always [`HEADER_LEN`], whatever `num_acks` says.
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }

@@ -36,11 +36,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Sets the eight cutoffs, index = priority level.
     pub fn set_unsched_cutoffs(&mut self, v: [u32; MAX_PRIORITIES as usize]) {
         for (i, c) in v.into_iter().enumerate() {
             set_u32(self.buffer.as_mut(), field::CUTOFFS + 4 * i, c);
         }
     }
+    /// Sets the version the peer should echo in its DATA.
     pub fn set_cutoff_version(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), field::VERSION, v)
     }
@@ -49,7 +51,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// A CUTOFFS packet's fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
+    /// Entry i: the largest message length that uses level i (entry 0 means infinity).
     pub unsched_cutoffs: [u32; MAX_PRIORITIES as usize],
+    /// Version to echo in later DATA packets to the sender of this packet.
     pub cutoff_version: u16,
 }
 
@@ -61,6 +65,7 @@ impl Repr {
             cutoff_version: packet.cutoff_version(),
         })
     }
+    /// Bytes in the packet: always [`HEADER_LEN`].
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }

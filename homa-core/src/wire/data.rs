@@ -83,24 +83,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     fn bytes_mut(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
+    /// Sets the total bytes in the message.
     pub fn set_message_length(&mut self, v: u32) {
         set_u32(self.bytes_mut(), field::MESSAGE_LENGTH, v)
     }
+    /// Sets the end of the bytes sent without grants (or of a retransmitted range).
     pub fn set_incoming(&mut self, v: u32) {
         set_u32(self.bytes_mut(), field::INCOMING, v)
     }
+    /// Sets the piggy-backed ack ([`Ack::NONE`] for none).
     pub fn set_ack(&mut self, v: Ack) {
         v.write(&mut self.bytes_mut()[field::ACK..])
     }
+    /// Sets the version of the receiver's CUTOFFS last heard.
     pub fn set_cutoff_version(&mut self, v: u16) {
         super::field::set_u16(self.bytes_mut(), field::CUTOFF_VERSION, v)
     }
+    /// Sets the retransmission marker (1 in answer to a RESEND).
     pub fn set_retransmit(&mut self, v: u8) {
         self.bytes_mut()[field::RETRANSMIT] = v
     }
+    /// Sets the three unused bytes.
     pub fn set_pad(&mut self, v: [u8; 3]) {
         self.bytes_mut()[field::PAD].copy_from_slice(&v)
     }
+    /// Sets the raw `seg.offset`: the payload's offset, or [`OFFSET_IN_SEQUENCE`].
     pub fn set_seg_offset(&mut self, v: u32) {
         set_u32(self.bytes_mut(), field::SEG_OFFSET, v)
     }
@@ -118,11 +125,18 @@ pub fn effective_offset(seg_offset: u32, sequence: u32) -> u32 {
 /// The DATA header's own fields (the payload travels beside it in [`super::Body::Data`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
+    /// Bytes in the whole message.
     pub message_length: u32,
+    /// Bytes [0, incoming) the sender sends without waiting for grants; on a
+    /// retransmission, the end of the resent range.
     pub incoming: u32,
+    /// Piggy-backed ack; [`Ack::NONE`] if none.
     pub ack: Ack,
+    /// Version of the destination's CUTOFFS last received; 0 if none.
     pub cutoff_version: u16,
+    /// 1 if sent in answer to a RESEND (statistics only).
     pub retransmit: u8,
+    /// Three unused bytes, 0 from the module.
     pub pad: [u8; 3],
     /// Raw `seg.offset`; see [`effective_offset`].
     pub seg_offset: u32,

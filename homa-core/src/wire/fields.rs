@@ -33,7 +33,12 @@ pub enum FieldsError {
     /// A required key is absent.
     Missing(&'static str),
     /// A key holds the wrong kind of value or one out of its field's range.
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The key at fault.
+        field: &'static str,
+        /// What is wrong, in words.
+        reason: String,
+    },
     /// The fields describe a packet the wire codec rejects (e.g. 6 acks).
     Wire(wire::Error),
 }

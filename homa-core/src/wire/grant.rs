@@ -32,9 +32,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Sets the offset before which the sender may transmit every byte.
     pub fn set_offset(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::OFFSET, v)
     }
+    /// Sets the level for this message's scheduled DATA.
     pub fn set_priority(&mut self, v: u8) {
         self.buffer.as_mut()[field::PRIORITY] = v
     }
@@ -43,7 +45,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// A GRANT's fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
+    /// The sender may transmit every byte before this offset (cumulative).
     pub offset: u32,
+    /// Level 0..=7 for this message's scheduled DATA from now on.
     pub priority: u8,
 }
 
@@ -52,6 +56,7 @@ impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         Ok(Repr { offset: packet.offset(), priority: check_priority(packet.priority())? })
     }
+    /// Bytes in the packet: always [`HEADER_LEN`].
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }

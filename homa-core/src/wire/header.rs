@@ -97,36 +97,47 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     fn bytes_mut(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
+    /// Sets the Homa port of the sending socket.
     pub fn set_sport(&mut self, v: u16) {
         set_u16(self.bytes_mut(), field::SPORT, v)
     }
+    /// Sets the Homa port of the destination socket.
     pub fn set_dport(&mut self, v: u16) {
         set_u16(self.bytes_mut(), field::DPORT, v)
     }
+    /// Sets the DATA offset of the first payload byte (0 for other types).
     pub fn set_sequence(&mut self, v: u32) {
         set_u32(self.bytes_mut(), field::SEQUENCE, v)
     }
+    /// Sets bytes 8..11, unused by Homa.
     pub fn set_reserved(&mut self, v: [u8; 3]) {
         self.bytes_mut()[field::RESERVED].copy_from_slice(&v)
     }
+    /// Sets the raw type code at byte 11.
     pub fn set_type_code(&mut self, v: u8) {
         self.bytes_mut()[field::TYPE] = v
     }
+    /// Sets the header length byte (see [`PacketType::doff`]).
     pub fn set_doff(&mut self, v: u8) {
         self.bytes_mut()[field::DOFF] = v
     }
+    /// Sets the TCP flags byte; the module writes [`MODULE_FLAGS`].
     pub fn set_flags(&mut self, v: u8) {
         self.bytes_mut()[field::FLAGS] = v
     }
+    /// Sets the unused TCP window field.
     pub fn set_window(&mut self, v: u16) {
         set_u16(self.bytes_mut(), field::WINDOW, v)
     }
+    /// Sets the TCP checksum field (never verified).
     pub fn set_checksum(&mut self, v: u16) {
         set_u16(self.bytes_mut(), field::CHECKSUM, v)
     }
+    /// Sets the TCP urgent field; the module writes [`MODULE_URGENT`].
     pub fn set_urgent(&mut self, v: u16) {
         set_u16(self.bytes_mut(), field::URGENT, v)
     }
+    /// Sets the RPC id as the sender of this packet knows it.
     pub fn set_sender_id(&mut self, v: u64) {
         set_u64(self.bytes_mut(), field::SENDER_ID, v)
     }
@@ -135,16 +146,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// The common header's fields, all of them except the type (which [`super::Body`] carries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
+    /// Homa port of the sending socket.
     pub sport: u16,
+    /// Homa port of the destination socket.
     pub dport: u16,
     /// Meaningful for DATA only (see [`super::data`]); 0 on control packets the module sends.
     pub sequence: u32,
+    /// Bytes 8..11; unused, 0 from the module.
     pub reserved: [u8; 3],
+    /// Header length in 32-bit words, in the high nibble.
     pub doff: u8,
+    /// TCP flags position; [`MODULE_FLAGS`] from the module.
     pub flags: u8,
+    /// TCP window position; unused, 0.
     pub window: u16,
+    /// TCP checksum position; never verified.
     pub checksum: u16,
+    /// TCP urgent pointer position; [`MODULE_URGENT`] from the module.
     pub urgent: u16,
+    /// The RPC id as the sender of this packet knows it.
     pub sender_id: u64,
 }
 

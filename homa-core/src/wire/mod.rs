@@ -45,14 +45,23 @@ pub const OFFSET_IN_SEQUENCE: u32 = 0xFFFF_FFFF;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum PacketType {
+    /// A piece of a message, from its sender.
     Data = 0x10,
+    /// The receiver lets the sender transmit more of a message.
     Grant = 0x11,
+    /// A receiver (or a client awaiting a response) asks for bytes again.
     Resend = 0x12,
+    /// Reply to a RESEND for an RPC the receiver does not have.
     RpcUnknown = 0x13,
+    /// The sender is alive but not sending for now.
     Busy = 0x14,
+    /// A receiver tells a sender its unscheduled priority cutoffs.
     Cutoffs = 0x15,
+    /// Debugging only: the receiver freezes its timetrace.
     Freeze = 0x16,
+    /// A server asks the client to ack a finished RPC.
     NeedAck = 0x17,
+    /// A client releases finished RPCs on a server.
     Ack = 0x18,
 }
 
@@ -139,7 +148,9 @@ pub enum Error {
     Truncated {
         /// The type, when the common header was complete enough to tell it.
         packet_type: Option<PacketType>,
+        /// Bytes the packet has.
         len: usize,
+        /// Bytes the header needs.
         min: usize,
     },
     /// The type byte is not one of the nine codes 0x10..=0x18.
@@ -148,13 +159,30 @@ pub enum Error {
     TooManyAcks(u16),
     /// DATA with `message_length` 0 or above `max` ([`MAX_MESSAGE_LENGTH`] unless a larger
     /// limit was given to `parse_up_to`).
-    BadMessageLength { len: u32, max: u32 },
+    BadMessageLength {
+        /// The length the packet claims.
+        len: u32,
+        /// The largest length accepted.
+        max: u32,
+    },
     /// DATA whose payload extends past `message_length`.
-    PastMessageEnd { offset: u32, payload_len: usize, message_length: u32 },
+    PastMessageEnd {
+        /// Offset of the first payload byte.
+        offset: u32,
+        /// Bytes of payload in the packet.
+        payload_len: usize,
+        /// Bytes in the whole message.
+        message_length: u32,
+    },
     /// A GRANT or RESEND naming a priority level above 7.
     BadPriority(u8),
     /// `emit` was given a buffer shorter than `buffer_len`.
-    BufferTooSmall { len: usize, needed: usize },
+    BufferTooSmall {
+        /// Bytes in the buffer.
+        len: usize,
+        /// Bytes `emit` writes.
+        needed: usize,
+    },
 }
 
 impl Error {

@@ -5,14 +5,28 @@ use super::{Error, PacketType, ack, cutoffs, data, grant, header, resend};
 /// The part of a packet after the common header, by type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Body<'a> {
-    Data { repr: data::Repr, payload: &'a [u8] },
+    /// DATA: the header's fields and the message bytes after them.
+    Data {
+        /// The DATA header's fields.
+        repr: data::Repr,
+        /// The message bytes the packet carries.
+        payload: &'a [u8],
+    },
+    /// GRANT: permission to send more.
     Grant(grant::Repr),
+    /// RESEND: a request to send bytes again.
     Resend(resend::Repr),
+    /// RPC_UNKNOWN: the sender does not have the RPC (common header only).
     RpcUnknown,
+    /// BUSY: the sender is alive but not sending (common header only).
     Busy,
+    /// CUTOFFS: the sender's unscheduled priority cutoffs.
     Cutoffs(cutoffs::Repr),
+    /// FREEZE: a debugging request to freeze the timetrace (common header only).
     Freeze,
+    /// NEED_ACK: a server asks the client to ack the RPC (common header only).
     NeedAck,
+    /// ACK: a client releases finished RPCs.
     Ack(ack::Repr),
 }
 
@@ -36,7 +50,9 @@ impl Body<'_> {
 /// A whole packet, decoded. DATA borrows its payload from the parsed buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr<'a> {
+    /// The common header.
     pub header: header::Repr,
+    /// Everything after the common header, by type.
     pub body: Body<'a>,
 }
 

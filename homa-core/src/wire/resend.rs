@@ -43,12 +43,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Sets the first byte to retransmit.
     pub fn set_offset(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::OFFSET, v)
     }
+    /// Sets the byte count, or [`ALL_SENT`].
     pub fn set_length(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::LENGTH, v)
     }
+    /// Sets the level for the retransmitted DATA.
     pub fn set_priority(&mut self, v: u8) {
         self.buffer.as_mut()[field::PRIORITY] = v
     }
@@ -57,8 +60,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// A RESEND's fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
+    /// First byte to retransmit.
     pub offset: u32,
+    /// Bytes to retransmit, or [`ALL_SENT`] for everything sent so far.
     pub length: u32,
+    /// Level 0..=7 for the retransmitted DATA.
     pub priority: u8,
 }
 
@@ -71,6 +77,7 @@ impl Repr {
             priority: check_priority(packet.priority())?,
         })
     }
+    /// Bytes in the packet: always [`HEADER_LEN`].
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
     }
