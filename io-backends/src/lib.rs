@@ -54,3 +54,8 @@ pub use homa_core::{ApiError, Config, Payload};
 pub use malloc::retain_freed_buffers;
 pub use socket::{Builder, Call, Metrics, Poller, RecvRequest, Request, Socket};
 pub use transport::{Transport, TransportKind, TransportStats};
+
+/// The README's example runs as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExample;

@@ -6,63 +6,33 @@
 //! receive completes through task work on the thread that submitted it; when that is the
 //! waiting thread (it reposts the receive after each datagram it takes), one wake-up per
 //! packet, as with a plain blocking receive.
+//!
+//! This file holds [`UringTransport`] and its [`Transport`] implementation. The other
+//! parts: [`ring`] (the ring: setup, the slots its operations use, posting and reaping)
+//! and [`waiter`] (sleeping in the ring, and waking a thread asleep there).
+
+mod ring;
+mod waiter;
 
 use std::fmt;
 use std::io;
-use std::mem;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use homa_core::PayloadSlice;
-use io_uring::{IoUring, Probe, opcode, squeue, types};
+use io_uring::{opcode, types};
 
 use super::socket::SocketTransport;
-use super::sys::{self, CmsgBuf};
+use super::sys;
 use super::{
     Batch, Datagram, RECV_SLOT_LEN, Transport, TransportKind, TransportStats, Unreachable,
-    WaitHandle, Waiter,
+    WaitHandle,
 };
-
-/// Ring size; holds every posted receive and send with room to spare.
-const RING_ENTRIES: u32 = 256;
-/// Sends in flight at once.
-const SEND_SLOTS: usize = 64;
-/// Receives posted at once. One: each posted receive arms a poll of its own on the socket,
-/// and a datagram wakes them all (each retries, all but one find nothing and arm again), so
-/// with 32 posted a 100-byte round trip took over three times as long as with one.
-const RECV_SLOTS: usize = 1;
-/// `user_data` tags: receive slots are `0..RECV_SLOTS`, send slots `SEND | i`.
-const SEND: u64 = 1 << 32;
-const CANCEL: u64 = 1 << 33;
-/// A completion a [`Kicker`] posted into the ring (not an operation of ours).
-const WAKE: u64 = 1 << 34;
-
-/// One posted `recvmsg`: its buffer, source address, and the headers pointing at them.
-struct RecvSlot {
-    /// `RECV_SLOT_LEN` bytes from `off`, 64-byte aligned (see [`Batch`]).
-    buf: Box<[u8]>,
-    off: usize,
-    name: libc::sockaddr_storage,
-    iov: libc::iovec,
-    msg: libc::msghdr,
-    /// Completed with this result, not yet handed out.
-    done: Option<i32>,
-}
-
-/// One `sendmsg` in flight (or free): a copy of the datagram's slot, its tail (kept alive
-/// until the kernel is done with it) and its headers.
-struct SendSlot {
-    buf: Vec<u8>,
-    tail: Option<PayloadSlice>,
-    name: libc::sockaddr_storage,
-    iovs: [libc::iovec; 2],
-    msg: libc::msghdr,
-    cmsg: CmsgBuf,
-    to: SocketAddr,
-}
+use ring::{Ring, SEND};
+use waiter::{Kicker, UringWaiter};
 
 /// Why io_uring cannot be used, with the socket to fall back to.
 #[derive(Debug)]
@@ -89,193 +59,6 @@ pub struct UringTransport {
     /// The eventfd is off (`IORING_CQ_EVENTFD_DISABLED`): nobody watches it while the
     /// waiter is in use.
     eventfd_off: bool,
-}
-
-/// The ring and the buffers its operations use.
-struct Ring {
-    ring: IoUring,
-    /// Boxed so the headers' pointers stay valid while the kernel holds them.
-    recv: Box<[RecvSlot]>,
-    send: Box<[SendSlot]>,
-    free_send: Vec<usize>,
-    /// Receive slots completed, in completion order.
-    ready: std::collections::VecDeque<usize>,
-    /// Operations the kernel still owns.
-    in_flight: usize,
-    /// `quiesce` ran: nothing is posted, and nothing more is reaped (a last kick stays).
-    quiesced: bool,
-}
-
-// SAFETY: the raw pointers in the slots point into the slots' own heap allocations, which
-// move with the ring, or into the message bytes a send slot's `tail` keeps alive (shared,
-// immutable, Send + Sync); the ring is used only through `&mut self`.
-unsafe impl Send for Ring {}
-
-impl UringTransport {
-    /// Sets up a ring for `socket`. On failure returns the socket and the reason, so the
-    /// caller can fall back to it.
-    pub fn new(socket: SocketTransport) -> Result<UringTransport, Box<Unavailable>> {
-        let fail = |socket, reason| Box::new(Unavailable { socket, reason });
-        let ring = match IoUring::new(RING_ENTRIES) {
-            Ok(ring) => ring,
-            Err(e) => return Err(fail(socket, format!("cannot create a ring: {e}"))),
-        };
-        let mut probe = Probe::new();
-        if let Err(e) = ring.submitter().register_probe(&mut probe) {
-            return Err(fail(socket, format!("cannot probe opcodes: {e}")));
-        }
-        let msg_ring = probe.is_supported(opcode::MsgRingData::CODE);
-        for (code, name) in [
-            (opcode::RecvMsg::CODE, "RECVMSG"),
-            (opcode::SendMsg::CODE, "SENDMSG"),
-            (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
-        ] {
-            if !probe.is_supported(code) {
-                return Err(fail(socket, format!("the kernel lacks opcode {name}")));
-            }
-        }
-        // SAFETY: all-zero bytes are valid for these plain C structs.
-        let zero = || unsafe { (mem::zeroed(), mem::zeroed(), mem::zeroed()) };
-        let recv = (0..RECV_SLOTS)
-            .map(|_| {
-                let (name, iov, msg) = zero();
-                let buf: Box<[u8]> = vec![0; RECV_SLOT_LEN + 64].into();
-                let off = buf.as_ptr().align_offset(64);
-                RecvSlot { buf, off, name, iov, msg, done: None }
-            })
-            .collect();
-        let send = (0..SEND_SLOTS)
-            .map(|_| {
-                let (name, iov, msg) = zero();
-                let to = socket.local;
-                let iovs = [iov; 2];
-                SendSlot { buf: Vec::new(), tail: None, name, iovs, msg, cmsg: CmsgBuf::ZERO, to }
-            })
-            .collect();
-        let mut ring = Ring {
-            ring,
-            recv,
-            send,
-            free_send: (0..SEND_SLOTS).rev().collect(),
-            ready: Default::default(),
-            in_flight: 0,
-            quiesced: false,
-        };
-        // SAFETY: creates a new descriptor owned by nobody else.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(fail(socket, format!("eventfd: {}", io::Error::last_os_error())));
-        }
-        // SAFETY: efd was just created and is owned here only.
-        let ready_fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        if let Err(e) = ring.ring.submitter().register_eventfd(efd) {
-            return Err(fail(socket, format!("cannot register an eventfd: {e}")));
-        }
-        let fd = socket.fd();
-        let posted = (0..RECV_SLOTS).try_for_each(|i| ring.post_recv(fd, i));
-        if let Err(e) = posted.and_then(|()| ring.ring.submit().map(drop)) {
-            drop(ring); // cancels what was posted
-            return Err(fail(socket, format!("cannot post receives: {e}")));
-        }
-        Ok(UringTransport { ring, socket, ready_fd, msg_ring, kicker: None, eventfd_off: false })
-    }
-}
-
-impl Ring {
-    fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
-        // SAFETY: every entry's buffers live in the boxed slots until its completion is
-        // reaped (or until `quiesce` has seen every operation end).
-        while unsafe { self.ring.submission().push(entry) }.is_err() {
-            self.ring.submit()?;
-        }
-        self.in_flight += 1;
-        Ok(())
-    }
-
-    fn post_recv(&mut self, fd: i32, i: usize) -> io::Result<()> {
-        let s = &mut self.recv[i];
-        s.done = None;
-        let buf = &mut s.buf[s.off..s.off + RECV_SLOT_LEN];
-        s.iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        s.msg.msg_name = ptr::from_mut(&mut s.name).cast();
-        s.msg.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as u32;
-        s.msg.msg_iov = &raw mut s.iov;
-        s.msg.msg_iovlen = 1;
-        s.msg.msg_control = ptr::null_mut();
-        s.msg.msg_controllen = 0;
-        let entry = opcode::RecvMsg::new(types::Fd(fd), &raw mut s.msg).build().user_data(i as u64);
-        self.push(&entry)
-    }
-
-    /// Takes every completion: finished receives wait in `ready`; finished sends free
-    /// their slots and are handed to `sent` as (destination, result). Returns whether a
-    /// wake-up was among them. Allocates nothing: this runs on every send and receive.
-    fn reap(&mut self, mut sent: impl FnMut(SocketAddr, i32)) -> bool {
-        let Ring { ring, recv, send, free_send, ready, in_flight, .. } = self;
-        let mut woken = false;
-        for c in ring.completion() {
-            let (tag, res) = (c.user_data(), c.result());
-            if tag == WAKE {
-                woken = true;
-                continue;
-            }
-            *in_flight -= 1;
-            if tag & CANCEL != 0 {
-                continue;
-            }
-            if tag & SEND != 0 {
-                let i = (tag & !SEND) as usize;
-                send[i].tail = None; // the message's bytes may go
-                free_send.push(i);
-                sent(send[i].to, res);
-            } else {
-                recv[tag as usize].done = Some(res);
-                ready.push_back(tag as usize);
-            }
-        }
-        woken
-    }
-
-    /// Cancels every posted operation and waits until the kernel has released them all.
-    fn quiesce(&mut self) {
-        if mem::replace(&mut self.quiesced, true) {
-            return;
-        }
-        let posted: Vec<u64> = (0..self.recv.len())
-            .filter(|&i| self.recv[i].done.is_none())
-            .map(|i| i as u64)
-            .collect();
-        for tag in posted {
-            let entry = opcode::AsyncCancel::new(tag).build().user_data(CANCEL);
-            if self.push(&entry).is_err() {
-                break;
-            }
-        }
-        for _ in 0..1000 {
-            if self.in_flight == 0 {
-                return;
-            }
-            if self.ring.submit_and_wait(1).is_err() {
-                break;
-            }
-            self.reap(|_, _| {});
-        }
-        if self.in_flight > 0 {
-            // The kernel may still write into the slots: never free them.
-            tracing::error!(
-                in_flight = self.in_flight,
-                "io_uring operations did not finish; leaking their buffers"
-            );
-            mem::forget(mem::take(&mut self.recv));
-            mem::forget(mem::take(&mut self.send));
-        }
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        self.quiesce();
-    }
 }
 
 impl fmt::Debug for UringTransport {
@@ -426,94 +209,6 @@ impl Drop for UringTransport {
         self.kick();
     }
 }
-
-/// Posts a completion tagged [`WAKE`] into a ring from a ring of its own
-/// (`IORING_OP_MSG_RING`), from any thread.
-struct Kicker {
-    ring: Mutex<IoUring>,
-    /// The target ring (a duplicate of its descriptor: valid as long as this lives).
-    target: OwnedFd,
-}
-
-impl Kicker {
-    fn new(target: std::os::fd::RawFd) -> io::Result<Kicker> {
-        // SAFETY: `target` is the open descriptor of a live ring; only borrowed to duplicate.
-        let target = unsafe { BorrowedFd::borrow_raw(target) }.try_clone_to_owned()?;
-        Ok(Kicker { ring: Mutex::new(IoUring::new(2)?), target })
-    }
-
-    fn kick(&self) -> io::Result<()> {
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = opcode::MsgRingData::new(types::Fd(self.target.as_raw_fd()), 0, WAKE, None)
-            .build()
-            .user_data(WAKE);
-        // SAFETY: the entry refers to no memory.
-        if unsafe { ring.submission().push(&entry) }.is_err() {
-            return Err(io::Error::other("the kick ring is full"));
-        }
-        ring.submit_and_wait(1)?; // MSG_RING completes during the submission
-        match ring
-            .completion()
-            .fold(None, |failed, c| if c.result() < 0 { Some(c.result()) } else { failed })
-        {
-            Some(res) => Err(io::Error::from_raw_os_error(-res)),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Waits in the ring for a completion ([`Waiter::wait`] appends nothing: the driver then
-/// receives through the transport). It passes `to_submit` 0: every entry was submitted
-/// by the lock holder (`io_uring_enter` would skip the wait after submitting fewer than
-/// asked).
-#[derive(Debug)]
-struct UringWaiter {
-    ring: OwnedFd,
-    closed: Arc<AtomicBool>,
-}
-
-impl Waiter for UringWaiter {
-    fn wait(&mut self, _batch: &mut Batch) -> io::Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        // SAFETY: a plain system call on our duplicate of the ring's descriptor, with no
-        // argument pointer.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_enter,
-                self.ring.as_raw_fd(),
-                0u32,
-                1u32,
-                IORING_ENTER_GETEVENTS,
-                ptr::null::<libc::c_void>(),
-                0usize,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    fn only_waits(&self) -> bool {
-        true
-    }
-
-    fn poll_unreachable(&mut self) -> Option<Unreachable> {
-        None
-    }
-
-    fn stats(&self) -> TransportStats {
-        TransportStats::default()
-    }
-}
-
-/// `io_uring_enter` flag: wait for `min_complete` completions.
-const IORING_ENTER_GETEVENTS: u32 = 1;
 
 impl UringTransport {
     /// Queues `batch` as one submission. Sets `woken` if a wake-up meant for the waiter was

@@ -1,0 +1,173 @@
+//! [`Builder`]: the options a [`Socket`] opens with, and the opening itself (transport,
+//! endpoint config, Homa port, driver thread).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use homa_core::config::Problem;
+use homa_core::{ApiError, Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT};
+
+use super::{Socket, claim_raw_port, raw_ports, release_raw_port};
+use crate::cidr::Cidr;
+use crate::driver::Shared;
+use crate::error::Result;
+use crate::transport::{self, TransportKind};
+
+/// Options for opening a [`Socket`]: transport, MTU, link rate, busy polling, allow-list,
+/// and any other [`Config`] tunable.
+///
+/// ```no_run
+/// use homa_io::{Socket, TransportKind};
+/// let server = Socket::builder()
+///     .transport(TransportKind::Udp)
+///     .allow(["198.18.0.0/15".parse().unwrap()])
+///     .bind("0.0.0.0:4000".parse().unwrap())?;
+/// # Ok::<(), homa_io::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    kind: TransportKind,
+    config: Config,
+    busy_poll: Option<Duration>,
+    allow: Vec<Cidr>,
+}
+
+impl Builder {
+    /// The transport (default: UDP).
+    pub fn transport(mut self, kind: TransportKind) -> Builder {
+        self.kind = kind;
+        self
+    }
+
+    /// All Homa tunables at once (module sysctl names and defaults). `outer_header_bytes`
+    /// is always set from the transport, a `seed` of 0 is replaced by a random one, and a
+    /// `first_client_id` of 2 (the default) by a random even one.
+    /// Call before [`mtu`](Builder::mtu) and [`link_mbps`](Builder::link_mbps), which
+    /// change fields of this config.
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = config;
+        self
+    }
+
+    /// Largest IP packet to send (default 1500). Use the path MTU: packets go with
+    /// don't-fragment set (and IPv4 ID 0 when sent one by one, as the module's). Where the
+    /// path's MTU is smaller, the socket, told so by the kernel or by a router's ICMP error,
+    /// logs a warning naming the MTU and lets the kernel fragment from then on, which is
+    /// slower; what was refused before is sent again. On loopback, 65,535 gives the best
+    /// throughput.
+    pub fn mtu(mut self, mtu: u32) -> Builder {
+        self.config.mtu = mtu;
+        self
+    }
+
+    /// Uplink speed in Mbit/s, for the pacer (default 25,000).
+    pub fn link_mbps(mut self, mbps: u32) -> Builder {
+        self.config.link_mbps = mbps;
+        self
+    }
+
+    /// Trade CPU for latency: a thread blocked in `call`, `Call::wait` or `recv_request`
+    /// polls the socket without sleeping for up to `spin` before it sleeps. Off by default.
+    pub fn busy_poll(mut self, spin: Duration) -> Builder {
+        self.busy_poll = Some(spin);
+        self
+    }
+
+    /// Accept packets only from these prefixes; others are dropped and counted in
+    /// [`Metrics::dropped_by_allow_list`]. Empty (the default) accepts everyone.
+    ///
+    /// [`Metrics::dropped_by_allow_list`]: super::Metrics::dropped_by_allow_list
+    pub fn allow(mut self, nets: impl IntoIterator<Item = Cidr>) -> Builder {
+        self.allow.extend(nets);
+        self
+    }
+
+    /// A server socket: accepts requests on Homa port `addr.port()` (1..=32767). With UDP
+    /// the UDP socket binds `addr` itself; with raw IP only `addr.ip()` is bound and the
+    /// port lives in the Homa header. Can also make calls.
+    pub fn bind(self, addr: SocketAddr) -> Result<Socket> {
+        let port = addr.port();
+        if port == 0 || port >= MIN_EPHEMERAL_PORT {
+            return Err(ApiError::InvalidPort(port).into());
+        }
+        self.open(addr, Some(port))
+    }
+
+    /// A client socket on local address `local` (e.g. `Ipv4Addr::UNSPECIFIED`), with an
+    /// ephemeral Homa port (and UDP port). It can call peers of `local`'s address family.
+    pub fn client(self, local: impl Into<IpAddr>) -> Result<Socket> {
+        self.open(SocketAddr::new(local.into(), 0), None)
+    }
+
+    fn open(self, local: SocketAddr, server: Option<u16>) -> Result<Socket> {
+        if self.kind.is_ip()
+            && let Some(port) = server
+            && raw_ports().contains(&port)
+        {
+            return Err(ApiError::PortInUse(port).into());
+        }
+        let transport = transport::open(self.kind, local)?;
+        let mut config = self.config;
+        config.outer_header_bytes = transport.outer_header_bytes();
+        if config.seed == 0 {
+            config.seed = random_seed();
+        }
+        if config.first_client_id == Config::default().first_client_id {
+            // A random even start: a socket that gets an earlier one's address and port
+            // (ephemeral ports are reused, NATs map anew) must not meet that one's RPCs at
+            // a server, which tells RPCs apart by (address, port, id) and would answer the
+            // new call with the old response.
+            config.first_client_id = (random_seed() >> 2 << 1).max(2);
+        }
+        config.validate()?;
+        if config.max_packet_len() > transport.max_packet_len() {
+            let reason = "larger than one datagram of this transport can carry";
+            return Err(ConfigError { field: "mtu", problem: Problem::Rule(reason) }.into());
+        }
+        let mut endpoint = Endpoint::new(config)?;
+        let kind = transport.kind();
+        let port = match server {
+            Some(port) => {
+                endpoint.bind(port)?;
+                port
+            }
+            None => endpoint.bind_ephemeral()?,
+        };
+        let claim = if kind.is_ip() {
+            Some(claim_raw_port(&mut endpoint, port, server.is_some())?)
+        } else {
+            None
+        };
+        let port = claim.unwrap_or(port);
+        let local = match kind.is_ip() {
+            true => SocketAddr::new(transport.local_addr().ip(), port),
+            false => transport.local_addr(),
+        };
+        let (shared, thread) = match Shared::start(endpoint, transport, self.allow, self.busy_poll)
+        {
+            Ok(started) => started,
+            Err(e) => {
+                release_raw_port(claim);
+                return Err(e);
+            }
+        };
+        let raw_port = Mutex::new(claim);
+        Ok(Socket { shared, thread: Mutex::new(Some(thread)), local, port, kind, raw_port })
+    }
+}
+
+/// A seed for the endpoint's hash tables that peers cannot guess (so they cannot aim
+/// collisions at them).
+fn random_seed() -> u64 {
+    let mut seed = [0u8; 8];
+    // SAFETY: getrandom writes at most the 8 bytes of the live buffer.
+    let n = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+    if n != 8 {
+        // No entropy source: the clock is better than a constant.
+        return std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+    }
+    u64::from_ne_bytes(seed)
+}

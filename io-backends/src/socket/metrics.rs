@@ -1,0 +1,47 @@
+//! [`Metrics`]: a snapshot of a socket's counters (endpoint, transport, driver).
+
+use crate::transport::TransportStats;
+
+/// Counters of a socket: the endpoint's, the transport's, and the driver's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// The Homa endpoint's counters (malformed packets are `core.drops.malformed`).
+    pub core: homa_core::Metrics,
+    /// Datagrams and system calls of the transport.
+    pub transport: TransportStats,
+    /// Packets from addresses outside the allow-list, dropped before Homa saw them.
+    pub dropped_by_allow_list: u64,
+    /// Times the driver thread woke up to do work.
+    pub wakeups: u64,
+    /// Calls waiting for a response.
+    pub pending_calls: u64,
+    /// Requests received and not yet taken by `recv_request`.
+    pub queued_requests: u64,
+    /// Receive calls that failed (e.g. EFAULT from a raw socket next to the Linux module);
+    /// each ends a receive round, and Homa's resends recover what it lost.
+    pub receive_errors: u64,
+    /// Send calls that failed as a whole (their datagrams count as lost).
+    pub send_errors: u64,
+}
+
+impl Metrics {
+    /// Every counter by name, as the bindings and `homa` show them: `core`
+    /// ([`homa_core::Metrics::to_value`]), `transport` ([`TransportStats::to_value`]), and
+    /// the driver's own.
+    pub fn to_value(&self) -> homa_core::Map {
+        let mut v = homa_core::Map::new();
+        v.insert("core", self.core.to_value());
+        v.insert("transport", self.transport.to_value());
+        for (name, n) in [
+            ("dropped_by_allow_list", self.dropped_by_allow_list),
+            ("wakeups", self.wakeups),
+            ("pending_calls", self.pending_calls),
+            ("queued_requests", self.queued_requests),
+            ("receive_errors", self.receive_errors),
+            ("send_errors", self.send_errors),
+        ] {
+            v.insert(name, n);
+        }
+        v
+    }
+}

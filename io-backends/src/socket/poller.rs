@@ -1,0 +1,44 @@
+//! [`Poller`]: an event loop's handle on a socket it drives on its own thread.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use crate::driver::Shared;
+
+/// An event loop's handle on a [`Socket`] it drives ([`Socket::poller`]).
+///
+/// [`Socket`]: super::Socket
+/// [`Socket::poller`]: super::Socket::poller
+#[derive(Debug)]
+pub struct Poller {
+    pub(super) shared: Arc<Shared>,
+    pub(super) fd: RawFd,
+}
+
+impl Poller {
+    /// The descriptor to watch for readability (the socket itself, or for io_uring an
+    /// eventfd). Valid until the socket shuts down: remove it from the loop first.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// Receives and handles whatever has arrived, runs due timers and sends what is
+    /// ready, without blocking; wakes (on this thread) the tasks of calls and requests
+    /// that completed. Returns the number of datagrams received. Call it when
+    /// [`fd`](Poller::fd) is readable (a spurious call does no harm).
+    pub fn drive(&self) -> usize {
+        self.shared.drive()
+    }
+}
+
+impl AsRawFd for Poller {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.shared.detach();
+    }
+}
