@@ -307,10 +307,10 @@ fn under_loss_every_rpc_completes_and_retransmissions_match_the_drops() {
                 "{transport:>8} {loss:>3} %: client resent {} for {to_server} dropped, server {} for {to_client}",
                 c.client_retransmitted, c.server_retransmitted
             ));
-            // Through io_uring a send can leave well after the endpoint handed it over (a
-            // full socket buffer makes the kernel hold it, not refuse it), so a receiver may
-            // ask for data still on its way: up to 2 % of the DATA sent is allowed there as
-            // well (up to 0.9 % seen). An open defect: the plain sockets need no allowance.
+            // Through io_uring, up to 2 % of the DATA sent is allowed as well: runs have
+            // resent up to 0.9 % of it without loss, asked for while still on its way (an
+            // open defect, not seen since its sends stopped waiting for buffer space and
+            // its timers for datagrams queued in the socket; the plain sockets need none).
             let late = |v: &Value| match transport {
                 "uring" | "uring-ip" => {
                     n(v, &["metrics", "core", "packets_out_by_type", "DATA"]).div_ceil(50)

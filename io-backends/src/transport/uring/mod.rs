@@ -112,10 +112,14 @@ impl Transport for UringTransport {
         Transport::stats(&self.socket)
     }
 
-    /// With the eventfd off, what waits is in the ring.
+    /// With the eventfd off, what waits is in the ring, or still in the socket: a
+    /// receive completes through task work on the waiting thread, so a datagram sits in
+    /// the socket queue until that thread runs (on a busy host, a while).
     fn input_waiting(&mut self) -> bool {
         if self.eventfd_off {
-            !self.ring.ready.is_empty() || !self.ring.ring.completion().is_empty()
+            !self.ring.ready.is_empty()
+                || !self.ring.ring.completion().is_empty()
+                || sys::readable(self.socket.fd())
         } else {
             sys::readable(self.ready_fd.as_raw_fd())
         }
@@ -238,7 +242,11 @@ impl UringTransport {
             s.msg.msg_control = s.cmsg.0.as_mut_ptr().cast();
             // SAFETY: msg_control points to the slot's own 8-aligned buffer.
             unsafe { sys::set_cmsgs(&mut s.msg, v6, d.priority, None) };
+            // Refused, not held, when the socket buffer is full (as the plain socket's
+            // sends are): a datagram the kernel sent later could leave after the receiver
+            // asked for it again, and arrive twice.
             let entry = opcode::SendMsg::new(types::Fd(fd), &raw const s.msg)
+                .flags(libc::MSG_DONTWAIT as u32)
                 .build()
                 .user_data(SEND | i as u64);
             if let Err(e) = self.ring.push(&entry) {
