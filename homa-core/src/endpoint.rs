@@ -824,7 +824,12 @@ impl Endpoint {
         let repr = match wire::Repr::parse_up_to(bytes, self.config.max_message_length) {
             Ok(repr) => repr,
             Err(e) => {
-                self.metrics.drops.malformed += 1;
+                match e {
+                    wire::Error::BadMessageLength { len, max } if len > max => {
+                        self.metrics.drops.too_long += 1;
+                    }
+                    _ => self.metrics.drops.malformed += 1,
+                }
                 return Err(e);
             }
         };

@@ -36,16 +36,28 @@ pub enum ApiError {
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            ApiError::MessageLength { len, max } => {
-                write!(f, "message of {len} bytes: Homa messages hold 1..={max} bytes")
+            ApiError::MessageLength { len: 0, max } => {
+                write!(
+                    f,
+                    "the message is empty: Homa messages hold between 1 and {} bytes",
+                    Grouped(max as u64)
+                )
             }
+            ApiError::MessageLength { len, max } => write!(
+                f,
+                "a message of {} bytes is longer than max_message_length ({} bytes): to send \
+                 more, set the same larger max_message_length on both ends (peers running the \
+                 Linux module accept at most 1,000,000 bytes)",
+                Grouped(len as u64),
+                Grouped(max as u64)
+            ),
             ApiError::InvalidPort(p) => {
-                write!(f, "port {p} cannot be bound: server ports are 1..=32767")
+                write!(f, "port {p} cannot be bound: server ports are between 1 and 32767")
             }
             ApiError::PortInUse(p) => write!(f, "port {p} is already bound"),
             ApiError::PortNotBound(p) => write!(f, "port {p} is not bound"),
             ApiError::NoEphemeralPort => {
-                write!(f, "all ephemeral ports (32768..=65535) are in use")
+                write!(f, "all ephemeral ports (32768 to 65535) are in use")
             }
             ApiError::UnknownRpc(id) => write!(f, "no RPC with id {id}"),
             ApiError::NotAwaitingResponse(id) => {
@@ -80,3 +92,33 @@ impl ApiError {
 }
 
 impl core::error::Error for ApiError {}
+
+/// A number with its thousands grouped by commas, as people write it: `1,000,000`.
+pub(crate) struct Grouped(pub(crate) u64);
+
+impl fmt::Display for Grouped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (high, low) = (self.0 / 1000, self.0 % 1000);
+        if high == 0 {
+            return write!(f, "{low}");
+        }
+        write!(f, "{},{low:03}", Grouped(high))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn numbers_in_messages_are_grouped_as_people_write_them() {
+        let cases = [(0, "0"), (999, "999"), (1000, "1,000"), (1_048_576, "1,048,576")];
+        for (n, text) in cases {
+            assert_eq!(Grouped(n).to_string(), text);
+        }
+        let e = ApiError::MessageLength { len: 1_048_576, max: 1_000_000 };
+        let text = e.to_string();
+        assert!(text.contains("1,048,576 bytes") && text.contains("max_message_length"), "{text}");
+    }
+}

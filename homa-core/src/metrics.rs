@@ -19,8 +19,11 @@ pub(crate) fn type_index(t: PacketType) -> usize {
 /// Why an incoming packet was dropped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Drops {
-    /// Not a valid Homa packet (`wire::Error`).
+    /// Not a valid Homa packet (`wire::Error`), other than `too_long`.
     pub malformed: u64,
+    /// DATA of a message longer than `max_message_length` (the sender allows longer
+    /// messages than this end: both ends need the same setting).
+    pub too_long: u64,
     /// Addressed to a port nobody bound (or a request to a client-only port).
     pub no_port: u64,
     /// Names an RPC this endpoint does not have, for a type that needs one.
@@ -48,6 +51,7 @@ impl Drops {
     pub fn total(&self) -> u64 {
         let Drops {
             malformed,
+            too_long,
             no_port,
             unknown_rpc,
             duplicate,
@@ -60,6 +64,7 @@ impl Drops {
             freeze,
         } = *self;
         malformed
+            + too_long
             + no_port
             + unknown_rpc
             + duplicate
@@ -138,6 +143,7 @@ impl Drops {
         let d = *self;
         [
             ("malformed", d.malformed),
+            ("too_long", d.too_long),
             ("no_port", d.no_port),
             ("unknown_rpc", d.unknown_rpc),
             ("duplicate", d.duplicate),
@@ -242,7 +248,7 @@ mod tests {
         assert_eq!(v.len(), 26);
         assert_eq!(v.get("retransmitted_packets"), Some(&Value::Int(7)));
         let drops = v.get("drops").and_then(Value::as_map).unwrap();
-        assert_eq!(drops.len(), 12, "eleven reasons and the total");
+        assert_eq!(drops.len(), 13, "twelve reasons and the total");
         let data = v.get("packets_in_by_type").and_then(Value::as_map).unwrap();
         assert_eq!(data.get("ACK"), Some(&Value::Int(0)));
     }

@@ -218,7 +218,7 @@ impl fmt::Display for Error {
                 write!(f, "ACK claims {n} acks, at most {MAX_ACKS} fit in a packet")
             }
             Error::BadMessageLength { len, max } => {
-                write!(f, "message_length {len} is out of range (1..={max})")
+                write!(f, "message_length {len} is not between 1 and {max}")
             }
             Error::PastMessageEnd { offset, payload_len, message_length } => write!(
                 f,
