@@ -27,10 +27,17 @@ pub enum Error {
     /// protocol unreachable) came back.
     #[error("{0} is unreachable")]
     Unreachable(SocketAddr),
-    /// The call's deadline passed, or the peer went silent for Homa's timeout
-    /// (`Config::timeout_ticks`), or no request came within `recv_request_timeout`.
-    #[error("timed out")]
+    /// The call's own timeout passed, or no request came within `recv_request_timeout`.
+    /// (When it passes together with the peer's silence, this is the one reported.)
+    #[error("timed out: the timeout given passed")]
     TimedOut,
+    /// The peer sent nothing for Homa's timeout (`Config::timeout_ticks`) although asked
+    /// to resend: it is presumably down. Can come before a longer call timeout.
+    #[error(
+        "{0} went silent: nothing arrived from it for timeout_ticks (100 ms by default) \
+         although asked to resend; it may be down"
+    )]
+    PeerSilent(SocketAddr),
     /// The call was aborted with [`Socket::abort`](crate::Socket::abort).
     #[error("the call was aborted")]
     Aborted,
@@ -62,7 +69,7 @@ pub enum Error {
 impl Error {
     /// The error's kind, as every binding names it: the endpoint's ([`ApiError::name`],
     /// e.g. `"port_in_use"`, `"message_length"`) or `"address_family"`, `"unreachable"`,
-    /// `"timed_out"`, `"aborted"`, `"shutdown"`, `"missing_capability"`, `"config"`,
+    /// `"timed_out"`, `"peer_silent"`, `"aborted"`, `"shutdown"`, `"missing_capability"`, `"config"`,
     /// `"poller_exists"`, `"io"`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -70,6 +77,7 @@ impl Error {
             Error::AddressFamily(_) => "address_family",
             Error::Unreachable(_) => "unreachable",
             Error::TimedOut => "timed_out",
+            Error::PeerSilent(_) => "peer_silent",
             Error::Aborted => "aborted",
             Error::Shutdown => "shutdown",
             Error::MissingCapability { .. } => "missing_capability",

@@ -242,7 +242,7 @@ impl Inner {
             Event::RpcFailed { cookie: id, reason, .. } => {
                 let Some(dest) = self.calls.calls.get(&id).map(|c| c.dest) else { return };
                 let err = match reason {
-                    FailReason::Timeout => Error::TimedOut,
+                    FailReason::Timeout => Error::PeerSilent(dest),
                     FailReason::Unreachable => Error::Unreachable(dest),
                     _ => Error::Shutdown,
                 };

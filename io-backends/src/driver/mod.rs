@@ -97,6 +97,10 @@ pub(crate) struct Inner {
     pub(crate) counters: DriverCounters,
     /// Threads waiting for the endpoint to become idle ([`Shared::wait_idle`]).
     idle_waiters: usize,
+    /// Warnings logged (each once per socket) and not yet taken by `Socket::take_warnings`.
+    pub(crate) warnings: Vec<String>,
+    /// Whether the warning about messages over `max_message_length` was given.
+    warned_too_long: bool,
 }
 
 /// What API threads and the driver thread share.
@@ -126,6 +130,8 @@ pub(crate) struct Shared {
     has_waiter: bool,
     /// Wakes a leader blocked in the waiter; `None` once closed.
     wake_waiter: Mutex<Option<WakeWaiter>>,
+    /// `Inner::warnings` is not empty: lets `take_warnings` skip the lock when it is.
+    warnings_pending: AtomicBool,
 }
 
 /// [`WaitHandle::wake`](crate::transport::WaitHandle::wake) and
@@ -230,6 +236,8 @@ impl Shared {
             calls: Calls::default(),
             to_wake: ToWake::default(),
             alarm: Alarm::new(timer.as_raw_fd(), origin, tick_ns),
+            warnings: Vec::new(),
+            warned_too_long: false,
             allow,
             now: 0,
             counters: DriverCounters::default(),
@@ -250,6 +258,7 @@ impl Shared {
             waiter: Mutex::new(waiter),
             has_waiter,
             wake_waiter: Mutex::new(wake_waiter),
+            warnings_pending: AtomicBool::new(false),
         });
         let driver = Arc::clone(&shared);
         let thread =
@@ -276,6 +285,14 @@ impl Shared {
         r
     }
 
+    /// Warnings logged since the last call (see `Socket::take_warnings`).
+    pub(crate) fn take_warnings(&self) -> Vec<String> {
+        if !self.warnings_pending.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.lock().warnings)
+    }
+
     fn release(&self, mut inner: MutexGuard<'_, Inner>) {
         let to_wake = &mut inner.to_wake;
         let wakers =
@@ -284,6 +301,9 @@ impl Shared {
         let kick = mem::take(&mut inner.to_wake.kick);
         let blocked = inner.receiver.leader_blocking();
         let idle = inner.idle_waiters > 0 && inner.is_idle();
+        if !inner.warnings.is_empty() {
+            self.warnings_pending.store(true, Ordering::Release);
+        }
         drop(inner);
         if idle {
             self.idle.notify_all();

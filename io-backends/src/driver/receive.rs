@@ -6,7 +6,7 @@ use std::mem;
 use std::net::SocketAddr;
 
 use homa_core::time::Nanos;
-use homa_core::wire::data;
+use homa_core::wire::{self, data};
 
 use super::{BATCH, Inner};
 use crate::transport::{Batch, RECV_SLOT_LEN, TransportStats};
@@ -171,10 +171,30 @@ impl Inner {
                 continue;
             }
             for packet in d.packets(bytes) {
-                // Malformed packets are counted by the endpoint; nothing else to do.
-                let _ = self.endpoint.handle_packet(Instant::from_nanos(now), d.addr, packet);
+                // Malformed packets are counted by the endpoint. Messages over our length
+                // limit are a configuration mismatch the user must hear of.
+                if let Err(wire::Error::BadMessageLength { len, max }) =
+                    self.endpoint.handle_packet(Instant::from_nanos(now), d.addr, packet)
+                    && len > max
+                {
+                    self.warn_too_long(d.addr, len, max);
+                }
             }
         }
+    }
+
+    /// Warns, once per socket, that a peer sends messages longer than we accept.
+    fn warn_too_long(&mut self, from: SocketAddr, len: u32, max: u32) {
+        if mem::replace(&mut self.warned_too_long, true) {
+            return;
+        }
+        let warning = format!(
+            "dropping a message of {len} bytes from {from}: longer than this socket's \
+             max_message_length ({max}); set the same max_message_length on both ends \
+             (counted in drops.too_long; said once)"
+        );
+        tracing::warn!("{warning}");
+        self.warnings.push(warning);
     }
 
     /// The transport's counters, with what the waiter received.

@@ -132,6 +132,13 @@ impl Socket {
         self.port
     }
 
+    /// Warnings this socket has logged through `tracing` since the last call (each kind
+    /// once per socket, e.g. a peer sending messages over `max_message_length`), for
+    /// programs that report them another way: the Python binding logs them to `logging`.
+    pub fn take_warnings(&self) -> Vec<String> {
+        self.shared.take_warnings()
+    }
+
     /// The transport in use (after any io_uring fallback).
     pub fn transport(&self) -> TransportKind {
         self.kind
@@ -139,7 +146,7 @@ impl Socket {
 
     /// Sends `message` to the Homa server at `dest` and blocks until its response arrives.
     /// `timeout` bounds the whole call; without one the call still fails with
-    /// [`Error::TimedOut`] if the server goes silent for Homa's timeout. While the socket's
+    /// [`Error::PeerSilent`] if the server goes silent for Homa's timeout. While the socket's
     /// outgoing messages fill its send buffer (`Config::wmem_max`), the request waits for
     /// room first, as a write to a full socket does.
     pub fn call(

@@ -22,6 +22,11 @@ impl Poller {
         self.fd
     }
 
+    /// [`Socket::take_warnings`](crate::Socket::take_warnings), for the loop that drives.
+    pub fn take_warnings(&self) -> Vec<String> {
+        self.shared.take_warnings()
+    }
+
     /// Receives and handles whatever has arrived, runs due timers and sends what is
     /// ready, without blocking; wakes (on this thread) the tasks of calls and requests
     /// that completed. Returns the number of datagrams received. Call it when
