@@ -479,6 +479,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         metrics,
     };
     let json = report.to_json();
+    let failed = report.failed();
     match args.json.as_deref() {
         Some(p) if p.as_os_str() == "-" => {
             let mut out = std::io::stdout().lock();
@@ -492,6 +493,9 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
                 crate::bench::write_json(path, &json)?;
             }
         }
+    }
+    if failed > 0 {
+        return Err(Error::Failed(format!("{failed} of {sent} calls failed")));
     }
     Ok(())
 }

@@ -12,6 +12,9 @@ pub(crate) enum Error {
     Reported,
     /// Reading or writing `what` failed (exit 1).
     Io { what: String, source: io::Error },
+    /// The run completed but did not succeed, e.g. calls failed (exit 1); the message says
+    /// what failed, after the report.
+    Failed(String),
 }
 
 impl Error {
@@ -35,6 +38,10 @@ impl Error {
             }
             Error::Io { what, source } => {
                 eprintln!("error: {what}: {source}");
+                ExitCode::from(1)
+            }
+            Error::Failed(message) => {
+                eprintln!("error: {message}");
                 ExitCode::from(1)
             }
         }

@@ -31,7 +31,7 @@ mod stats;
 #[command(
     name = "homa",
     version,
-    after_long_help = "\
+    after_help = "\
 Examples:
   homa decode 138880000000000000000014500600008c4ab97d0000000000000003
   homa decode --pcap trace.pcap --udp-port 4000
@@ -42,7 +42,7 @@ Examples:
   homa bench rtt
   homa bench throughput
 
-Exit status: 0 on success, 1 when reading or writing fails, 2 for bad input or usage."
+Exit status: 0 on success; 1 on a runtime failure (a call failed, a socket or file could\nnot be used); 2 for bad input or usage."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -275,3 +275,17 @@ fn out_of_range_arguments_are_input_errors() {
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
     }
 }
+
+/// A run in which calls fail exits 1 (a runtime failure), after its report.
+#[test]
+fn the_client_exits_1_when_calls_fail() {
+    // A port nobody listens on: each call fails at once (ICMP port unreachable).
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_homa"))
+        .args(["client", "--server", &dead.to_string(), "--requests", "5", "--quiet"])
+        .output()
+        .expect("homa runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(stderr.contains("5 of 5 calls failed"), "stderr: {stderr}");
+}

@@ -587,9 +587,12 @@ impl Report {
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         let _ = writeln!(
             s,
-            "workload {}  mode {:?}  hosts {}  load offered {:.3} measured {:.3}  goodput {:.2} Gbit/s/host",
+            "workload {}  {}  hosts {}  load offered {:.3} measured {:.3}  goodput {:.2} Gbit/s/host",
             self.workload,
-            self.mode,
+            match self.mode {
+                Mode::OneWay => "one-way messages",
+                Mode::Rpc => "request/response (echo)",
+            },
             self.topology.hosts,
             self.offered.load,
             self.measured.load,
@@ -620,6 +623,10 @@ impl Report {
             self.queues.tor_down_peak_bytes,
             self.queues.tor_up_peak_bytes,
             self.queues.spine_down_peak_bytes
+        );
+        let _ = writeln!(
+            s,
+            "slowdown = a message's completion time / its time alone on an idle network (1 = no delay)"
         );
         let _ = writeln!(
             s,
