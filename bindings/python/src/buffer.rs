@@ -16,6 +16,7 @@
 //! waiting for the endpoint lock that thread holds). So a view dropped without the GIL goes
 //! to a queue, released by the next call into this module that holds the GIL.
 
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,8 +26,36 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+/// CPython's `Py_buffer`. The buffer protocol is declared here rather than taken from
+/// pyo3: the wheel is built for the stable ABI of Python 3.9 and later, which gained the
+/// protocol only in 3.11, with this very layout (unchanged since 3.3), and whose earlier
+/// versions export the same functions.
+#[repr(C)]
+struct PyBuffer {
+    buf: *mut c_void,
+    obj: *mut ffi::PyObject,
+    len: isize,
+    itemsize: isize,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut isize,
+    strides: *mut isize,
+    suboffsets: *mut isize,
+    internal: *mut c_void,
+}
+
+const PYBUF_SIMPLE: c_int = 0;
+
+// SAFETY: the signatures are CPython's (Include/pybuffer.h, Include/pystate.h).
+unsafe extern "C" {
+    fn PyObject_GetBuffer(obj: *mut ffi::PyObject, view: *mut PyBuffer, flags: c_int) -> c_int;
+    fn PyBuffer_Release(view: *mut PyBuffer);
+    fn PyGILState_Check() -> c_int;
+}
+
 /// A buffer export: the bytes at `buf..buf+len`, valid until released.
-struct View(Box<ffi::Py_buffer>);
+struct View(Box<PyBuffer>);
 
 // SAFETY: the exported memory stays valid and unmoved until `PyBuffer_Release`; we only read
 // it. The view is released with the GIL held (`release` or `release_pending`).
@@ -51,9 +80,9 @@ impl View {
 impl Drop for View {
     fn drop(&mut self) {
         // SAFETY: PyGILState_Check may be called without the GIL.
-        if unsafe { ffi::PyGILState_Check() } == 1 {
+        if unsafe { PyGILState_Check() } == 1 {
             // SAFETY: we hold the GIL; the view is a live export.
-            unsafe { ffi::PyBuffer_Release(&mut *self.0) };
+            unsafe { PyBuffer_Release(&mut *self.0) };
             return;
         }
         let view = View(std::mem::replace(&mut self.0, Box::new(empty_view())));
@@ -64,7 +93,7 @@ impl Drop for View {
     }
 }
 
-fn empty_view() -> ffi::Py_buffer {
+fn empty_view() -> PyBuffer {
     // SAFETY: Py_buffer is a plain C struct; all-zero is its "no export" state.
     unsafe { std::mem::zeroed() }
 }
@@ -94,20 +123,20 @@ enum Contiguous<'py> {
 fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Contiguous<'py>> {
     let mut raw = Box::new(empty_view());
     // SAFETY: obj is a live object; raw is writable storage for one Py_buffer.
-    let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *raw, ffi::PyBUF_SIMPLE) };
+    let rc = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *raw, PYBUF_SIMPLE) };
     if rc == 0 {
         return Ok(Contiguous::Export(View(raw)));
     }
     // The failed export left an exception set: clear it (a copy or a TypeError follows).
     drop(PyErr::fetch(obj.py()));
-    if has_buffer(obj) {
-        let copy = obj.py().import("builtins")?.getattr("memoryview")?.call1((obj,))?;
-        return Ok(Contiguous::Copy(copy.call_method0("tobytes")?.cast_into::<PyBytes>()?));
+    // A strided buffer still makes a memoryview; anything else is not bytes-like.
+    match obj.py().import("builtins")?.getattr("memoryview")?.call1((obj,)) {
+        Ok(view) => Ok(Contiguous::Copy(view.call_method0("tobytes")?.cast_into::<PyBytes>()?)),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "a message must be a bytes-like object (bytes, bytearray, memoryview, numpy array...), not {}",
+            crate::convert::type_name(obj)
+        ))),
     }
-    Err(PyTypeError::new_err(format!(
-        "a message must be a bytes-like object (bytes, bytearray, memoryview, numpy array...), not {}",
-        crate::convert::type_name(obj)
-    )))
 }
 
 /// The payload for a message in `obj`: zero-copy for read-only contiguous buffers, one copy
@@ -133,11 +162,6 @@ pub(crate) fn with_bytes<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) 
         Contiguous::Export(view) => f(view.bytes()),
         Contiguous::Copy(bytes) => f(bytes.as_bytes()),
     })
-}
-
-fn has_buffer(obj: &Bound<'_, PyAny>) -> bool {
-    // SAFETY: a type check on a live object.
-    unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) == 1 }
 }
 
 /// The export as the core's shared payload.

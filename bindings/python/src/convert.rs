@@ -27,7 +27,7 @@ where
     }
     let out_of_range = || {
         PyValueError::new_err(format!(
-            "{name} = {obj} is out of range {}..={}",
+            "{name} = {obj} is out of range: expected a number between {} and {}",
             T::MIN_I128,
             T::MAX_I128
         ))
@@ -53,17 +53,38 @@ pub(crate) mod num_bounds {
     bounds!(u8 u16 u32 u64);
 }
 
+/// A destination as given: an IP address and port, or a host name and port.
+pub(crate) enum Dest {
+    /// An IP address literal and a port.
+    Addr(SocketAddr),
+    /// A name to resolve (`"localhost"`, a DNS name) and a port.
+    Name(String, u16),
+}
+
 /// A transport address: a `(host, port)` tuple (4-tuples of IPv6 sockets are accepted, the
-/// flow info and scope ignored) or a `"host:port"` / `"[v6]:port"` string. The host must be
-/// an IP address literal: homa does not resolve names.
-pub(crate) fn addr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<SocketAddr> {
+/// flow info and scope ignored) or a `"host:port"` / `"[v6]:port"` string; the host an IP
+/// address or a name.
+pub(crate) fn dest(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Dest> {
+    const EXPECTED: &str =
+        "expected \"host:port\" (\"a.b.c.d:port\", \"[v6]:port\", \"name:port\")";
     if let Ok(s) = obj.cast::<PyString>() {
-        let s = s.to_str()?;
-        return s.parse().map_err(|_| {
+        let s = s.to_cow()?;
+        let s: &str = &s;
+        if let Ok(a) = s.parse() {
+            return Ok(Dest::Addr(a));
+        }
+        let named = s.rsplit_once(':').filter(|(h, _)| is_host_name(h));
+        let Some((host, port)) = named else {
+            return Err(PyValueError::new_err(format!(
+                "{name} {s:?} is not an address: {EXPECTED}"
+            )));
+        };
+        let port = port.parse().map_err(|_| {
             PyValueError::new_err(format!(
-                "{name} {s:?} is not an address: expected \"a.b.c.d:port\" or \"[v6]:port\""
+                "{name} {s:?}: the port must be a number between 0 and 65535"
             ))
-        });
+        })?;
+        return Ok(Dest::Name(host.into(), port));
     }
     if let Ok(t) = obj.cast::<PyTuple>()
         && (t.len() == 2 || t.len() == 4)
@@ -75,19 +96,71 @@ pub(crate) fn addr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<SocketAddr> {
                 type_name(&host)
             )));
         };
-        let host = host.to_str()?;
-        let ip: IpAddr = host.parse().map_err(|_| {
-            PyValueError::new_err(format!(
-                "{name}: host {host:?} is not an IP address literal (homa does not resolve names)"
-            ))
-        })?;
+        let host = host.to_cow()?;
+        let host: &str = &host;
         let port: u16 = int(&t.get_item(1)?, &format!("{name} port"))?;
-        return Ok(SocketAddr::new(ip, port));
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(Dest::Addr(SocketAddr::new(ip, port)));
+        }
+        if !is_host_name(host) {
+            return Err(PyValueError::new_err(format!(
+                "{name}: host {host:?} is neither an IP address nor a host name"
+            )));
+        }
+        return Ok(Dest::Name(host.into(), port));
     }
     Err(PyTypeError::new_err(format!(
         "{name} must be a (host, port) tuple or a \"host:port\" string, not {}",
         type_name(obj)
     )))
+}
+
+/// Whether `host` can be a host name (letters, digits, `-`, `.`, `_`).
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+}
+
+/// [`dest`] for the sans-IO `Endpoint`, which takes IP addresses only.
+pub(crate) fn addr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<SocketAddr> {
+    match dest(obj, name)? {
+        Dest::Addr(a) => Ok(a),
+        Dest::Name(host, _) => Err(PyValueError::new_err(format!(
+            "{name}: the sans-IO Endpoint takes IP addresses; resolve {host:?} first \
+             (socket.getaddrinfo)"
+        ))),
+    }
+}
+
+/// Resolves `dest` with the system resolver (blocking, without the GIL), to an address of
+/// the socket's family (`v6`): what `socket.getaddrinfo` would give first.
+pub(crate) fn resolve(py: Python<'_>, dest: Dest, v6: bool) -> PyResult<SocketAddr> {
+    let (host, port) = match dest {
+        Dest::Addr(a) => return Ok(a),
+        Dest::Name(host, port) => (host, port),
+    };
+    let found = py.detach(|| std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)));
+    let found = found.map_err(|e| {
+        errors::new(
+            py,
+            "InvalidArgumentError",
+            Some("host_name"),
+            format!("cannot resolve {host:?}: {e}"),
+        )
+    })?;
+    let mut found = found.peekable();
+    let any = found.peek().copied();
+    found.find(|a| a.is_ipv6() == v6).ok_or_else(|| {
+        let family = if v6 { "IPv6" } else { "IPv4" };
+        let got = any.map_or("nothing".into(), |a| a.ip().to_string());
+        errors::new(
+            py,
+            "InvalidArgumentError",
+            Some("address_family"),
+            format!("{host:?} has no {family} address (it resolves to {got}), the socket's family"),
+        )
+    })
 }
 
 /// A socket address as Python's socket module gives it: `(host, port)`.
@@ -146,7 +219,7 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Float(f.value()));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::Str(s.to_str()?.to_owned()));
+        return Ok(Value::Str(s.to_cow()?.into_owned()));
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         return Ok(Value::Map(dict_to_map(d)?));
@@ -170,7 +243,7 @@ pub(crate) fn dict_to_map(d: &Bound<'_, PyDict>) -> PyResult<Map> {
                 type_name(&k)
             )));
         };
-        m.insert(k.to_str()?, py_to_value(&v)?);
+        m.insert(k.to_cow()?.into_owned(), py_to_value(&v)?);
     }
     Ok(m)
 }

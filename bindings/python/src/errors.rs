@@ -1,4 +1,4 @@
-//! Rust errors as the Python exceptions of `homa._errors`: `HomaError` and its subclasses,
+//! Rust errors as the Python exceptions of `homa.errors`: `HomaError` and its subclasses,
 //! each carrying a stable `kind` (the core's snake-case error names, e.g. `port_in_use`).
 
 use homa_core::{ApiError, ConfigError};
@@ -9,11 +9,11 @@ use pyo3::types::PyModule;
 
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
-/// An instance of exception class `class` (a name in `homa._errors`) with `message`, and
+/// An instance of exception class `class` (a name in `homa.errors`) with `message`, and
 /// `kind` set when given.
 pub(crate) fn new(py: Python<'_>, class: &str, kind: Option<&str>, message: String) -> PyErr {
     let build = || -> PyResult<PyErr> {
-        let module = ERRORS.get_or_try_init(py, || py.import("homa._errors").map(Bound::unbind))?;
+        let module = ERRORS.get_or_try_init(py, || py.import("homa.errors").map(Bound::unbind))?;
         let exc = module.bind(py).getattr(class)?.call1((message.clone(),))?;
         if let Some(kind) = kind {
             exc.setattr("kind", kind)?;
@@ -21,7 +21,7 @@ pub(crate) fn new(py: Python<'_>, class: &str, kind: Option<&str>, message: Stri
         Ok(PyErr::from_value(exc))
     };
     build().unwrap_or_else(|e| {
-        PyRuntimeError::new_err(format!("{message} (and homa._errors failed to load: {e})"))
+        PyRuntimeError::new_err(format!("{message} (and homa.errors failed to load: {e})"))
     })
 }
 
@@ -58,8 +58,9 @@ pub(crate) fn io(py: Python<'_>, e: homa_io::Error) -> PyErr {
     let message = e.to_string();
     match e {
         E::AddressFamily(_) => new(py, "InvalidArgumentError", Some("address_family"), message),
-        E::Unreachable(_) => new(py, "PeerUnknownError", Some("unreachable"), message),
+        E::Unreachable(_) => new(py, "UnreachableError", None, message),
         E::TimedOut => new(py, "TimeoutError", None, message),
+        E::PeerSilent(_) => new(py, "TimeoutError", Some("peer_silent"), message),
         E::Aborted => new(py, "AbortedError", None, message),
         E::Shutdown => new(py, "ShutdownError", None, message),
         E::MissingCapability { .. } => new(py, "MissingCapabilityError", None, message),

@@ -71,7 +71,7 @@ fn cutoffs_for_workload(
     let mut c = Config::default();
     convert::apply_config(py, &mut c, config, &[])?;
     let parsed = if let Ok(name) = workload.cast::<PyString>() {
-        Workload::load(name.to_str()?)
+        Workload::load(&name.to_cow()?)
     } else {
         let pairs: Vec<(u64, f64)> = workload.extract().map_err(|_| {
             PyTypeError::new_err(

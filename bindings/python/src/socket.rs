@@ -32,7 +32,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyTuple};
 
 use crate::buffer;
-use crate::convert::{self, addr, addr_to_py, int};
+use crate::convert::{self, addr_to_py, int};
 use crate::errors;
 
 /// How long a blocking `recv_request` waits at a time before checking for signals
@@ -91,6 +91,42 @@ impl Socket {
     }
 }
 
+/// The address to bind for `host`: an IP address, or a name resolved by the system
+/// resolver (its first IPv4 address, else its first address: `"localhost"` is 127.0.0.1).
+fn bind_ip(py: Python<'_>, host: &str) -> PyResult<std::net::IpAddr> {
+    if let Ok(ip) = host.parse() {
+        return Ok(ip);
+    }
+    let found = py.detach(|| std::net::ToSocketAddrs::to_socket_addrs(&(host, 0)));
+    let found: Vec<_> = found
+        .map_err(|e| PyValueError::new_err(format!("host {host:?} cannot be resolved: {e}")))?
+        .collect();
+    found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .map(|a| a.ip())
+        .ok_or_else(|| PyValueError::new_err(format!("host {host:?} has no address")))
+}
+
+/// Logs homa-io's warnings to the ``"homa"`` logger (homa's own threads never take the
+/// GIL: they are logged by whichever Python thread next uses the socket).
+fn log_warnings(py: Python<'_>, warnings: Vec<String>) {
+    if warnings.is_empty() {
+        return;
+    }
+    let logged = (|| -> PyResult<()> {
+        let logger = py.import("logging")?.call_method1("getLogger", ("homa",))?;
+        for w in warnings {
+            logger.call_method1("warning", (w,))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = logged {
+        e.write_unraisable(py, None);
+    }
+}
+
 #[pymethods]
 impl Socket {
     #[new]
@@ -104,11 +140,7 @@ impl Socket {
         allow: Option<Vec<String>>,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let ip: std::net::IpAddr = host.parse().map_err(|_| {
-            PyValueError::new_err(format!(
-                "host {host:?} is not an IP address literal (homa does not resolve names)"
-            ))
-        })?;
+        let ip = bind_ip(py, host)?;
         let kind: TransportKind =
             transport.parse().map_err(|e| PyValueError::new_err(format!("{e}")))?;
         let mut c = homa_io::Config::default();
@@ -170,22 +202,29 @@ impl Socket {
     /// Sends ``message`` (any bytes-like object; read-only ones are not copied, writable
     /// ones are copied once) to the Homa server at ``dest``
     /// and blocks, without the GIL, until the response arrives; returns it as bytes.
-    /// ``timeout`` (seconds) bounds the whole call; without it a silent server still fails
-    /// the call after Homa's timeout (``timeout_ticks``). Signals (Ctrl-C) are handled
-    /// while waiting: an exception they raise abandons the call.
-    #[pyo3(signature = (dest, message, timeout = None))]
+    /// ``dest``'s host may be a name (resolved by the system resolver, each call).
+    /// ``timeout`` (seconds) bounds the whole call (``homa.TimeoutError``, kind
+    /// ``"timeout"``); a server silent for Homa's timeout (``timeout_ticks``) fails it
+    /// sooner (kind ``"peer_silent"``). A full send buffer makes the call wait for room;
+    /// with ``block=False`` it raises ``homa.ResourceLimitError``. Signals (Ctrl-C) are
+    /// handled while waiting: an exception they raise abandons the call.
+    #[pyo3(signature = (dest, message, timeout = None, *, block = true))]
     fn call<'py>(
         &self,
         py: Python<'py>,
         dest: &Bound<'py, PyAny>,
         message: &Bound<'py, PyAny>,
         timeout: Option<&Bound<'py, PyAny>>,
+        block: bool,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let sock = self.open(py)?;
-        let dest = addr(dest, "dest")?;
+        let dest = convert::resolve(py, convert::dest(dest, "dest")?, self.local.is_ipv6())?;
         let deadline = seconds("timeout", timeout)?;
         let payload = buffer::payload(message)?;
-        let started = py.detach(|| sock.start_call(dest, payload, deadline));
+        let started = py.detach(|| match block {
+            true => sock.start_call(dest, payload, deadline),
+            false => sock.try_call_async(dest, payload, deadline),
+        });
         let mut call = started.map_err(|e| errors::io(py, e))?;
         let result = loop {
             match py.detach(|| call.wait_timeout(SIGNAL_CHECK)) {
@@ -220,7 +259,9 @@ impl Socket {
             let sock = self.open(py)?;
             let left = limit.map(|l| l.saturating_sub(start.elapsed()));
             let wait = left.map_or(SIGNAL_CHECK, |l| l.min(SIGNAL_CHECK));
-            match py.detach(move || sock.recv_request_timeout(wait)) {
+            let got = py.detach(|| sock.recv_request_timeout(wait));
+            log_warnings(py, sock.take_warnings());
+            match got {
                 Ok(r) => return Request::new(py, r),
                 Err(homa_io::Error::TimedOut) => {
                     if left.is_some_and(|l| l <= wait) {
@@ -273,7 +314,10 @@ impl Socket {
 
     /// Starts a call for the asyncio layer: returns the reactor token of the pending call.
     /// The asyncio future ``future`` gets the response (bytes) or the exception.
-    #[pyo3(signature = (reactor, future, dest, message, timeout = None))]
+    /// A host name as ``dest`` raises ``InvalidArgumentError`` of kind ``"host_name"``:
+    /// the asyncio layer resolves it without blocking the loop, and calls again.
+    #[pyo3(signature = (reactor, future, dest, message, timeout = None, block = true))]
+    #[expect(clippy::too_many_arguments, reason = "the Python method's own arguments")]
     fn _call_async(
         &self,
         py: Python<'_>,
@@ -282,12 +326,23 @@ impl Socket {
         dest: &Bound<'_, PyAny>,
         message: &Bound<'_, PyAny>,
         timeout: Option<&Bound<'_, PyAny>>,
+        block: bool,
     ) -> PyResult<u64> {
         let sock = self.open(py)?;
-        let dest = addr(dest, "dest")?;
+        let dest = match convert::dest(dest, "dest")? {
+            convert::Dest::Addr(a) => a,
+            convert::Dest::Name(host, _) => {
+                let message = format!("{host:?} is a host name: resolve it first");
+                return Err(errors::new(py, "InvalidArgumentError", Some("host_name"), message));
+            }
+        };
         let deadline = seconds("timeout", timeout)?;
         let payload = buffer::payload(message)?;
-        let call = sock.call_async(dest, payload, deadline).map_err(|e| errors::io(py, e))?;
+        let call = match block {
+            true => sock.call_async(dest, payload, deadline),
+            false => sock.try_call_async(dest, payload, deadline),
+        };
+        let call = call.map_err(|e| errors::io(py, e))?;
         reactor.park(py, Op::Call(call), future)
     }
 
@@ -457,7 +512,9 @@ impl Poller {
             // Wakers woken on this thread meanwhile need not write the eventfd: the ready
             // list is dispatched right below.
             let _driving = Driving::enter(&reactor.ready);
-            poller.drive()
+            let got = poller.drive();
+            log_warnings(py, poller.take_warnings());
+            got
         };
         reactor.dispatch_ready(py)?;
         Ok(got)

@@ -6,6 +6,8 @@ import asyncio
 import gc
 import logging
 import socket
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,7 +34,7 @@ async def echo_server(port: int, **options: Any) -> tuple[homa.AsyncSocket, asyn
 def test_echo_sizes(run: Callable[[Any], Any], port: int, size: int) -> None:
     async def main() -> None:
         srv, task = await echo_server(port)
-        async with await homa.open(host=LOCAL, **SLACK) as cli:
+        async with homa.open(host=LOCAL, **SLACK) as cli:
             message = bytes(i % 251 for i in range(size))
             assert await cli.call(srv.local_addr, message, timeout=10) == message
         srv.close()
@@ -44,7 +46,7 @@ def test_echo_sizes(run: Callable[[Any], Any], port: int, size: int) -> None:
 def test_buffer_types(run: Callable[[Any], Any], port: int) -> None:
     async def main() -> None:
         srv, task = await echo_server(port)
-        async with await homa.open(host=LOCAL, **SLACK) as cli:
+        async with homa.open(host=LOCAL, **SLACK) as cli:
             a = np.arange(10_000, dtype=np.float32)
             messages: list[Any] = [
                 bytearray(b"abc"),
@@ -74,7 +76,7 @@ def test_thousand_concurrent_calls(run: Callable[[Any], Any], port: int) -> None
     async def main() -> None:
         srv, task = await echo_server(port)
         slow: dict[str, Any] = {"resend_ticks": 100, "resend_interval": 100, "timeout_ticks": 2000}
-        async with await homa.open(host=LOCAL, **slow) as cli:
+        async with homa.open(host=LOCAL, **slow) as cli:
             messages = [b"call %d" % i for i in range(1000)]
             calls = [cli.call(srv.local_addr, m, timeout=30) for m in messages]
             assert await asyncio.gather(*calls) == messages
@@ -122,17 +124,21 @@ def silent_udp_port() -> socket.socket:
 def test_timeout_against_a_silent_port(run: Callable[[Any], Any]) -> None:
     async def main() -> None:
         with silent_udp_port() as silent:
-            async with await homa.open(host=LOCAL) as cli:
+            async with homa.open(host=LOCAL) as cli:
                 dest = silent.getsockname()
-                # The caller's deadline.
+                # The caller's deadline, earlier than Homa's: it is the one reported.
                 with pytest.raises(homa.TimeoutError) as err:
                     await cli.call(dest, b"hello?", timeout=0.05)
                 assert isinstance(err.value, asyncio.TimeoutError)
                 assert isinstance(err.value, TimeoutError)
-                # Homa's own timeout (timeout_ticks of silence) without one.
-                with pytest.raises(homa.TimeoutError):
-                    await cli.call(dest, b"hello?")
-                assert cli.metrics()["core"]["client_timeouts"] == 1
+                assert err.value.kind == "timeout", err.value
+                # Homa's own timeout (timeout_ticks of silence), earlier than the caller's.
+                for timeout in [None, 30.0]:
+                    with pytest.raises(homa.TimeoutError) as err:
+                        await cli.call(dest, b"hello?", timeout=timeout)
+                    assert err.value.kind == "peer_silent", err.value
+                    assert "went silent" in str(err.value) and "timeout_ticks" in str(err.value)
+                assert cli.metrics()["core"]["client_timeouts"] == 2
 
     run(main())
 
@@ -140,11 +146,15 @@ def test_timeout_against_a_silent_port(run: Callable[[Any], Any]) -> None:
 def test_closed_port_is_unreachable(run: Callable[[Any], Any]) -> None:
     async def main() -> None:
         dest = (LOCAL, free_port())  # nobody listens: ICMP port unreachable
-        async with await homa.open(host=LOCAL) as cli:
-            with pytest.raises(homa.PeerUnknownError) as err:
+        async with homa.open(host=LOCAL) as cli:
+            started = time.monotonic()
+            with pytest.raises(homa.UnreachableError) as err:
                 await cli.call(dest, b"anyone?", timeout=5)
             assert err.value.kind == "unreachable"
-            assert isinstance(err.value, ConnectionError)
+            assert isinstance(err.value, ConnectionRefusedError)
+            assert isinstance(err.value, homa.PeerUnknownError)
+            # At once, not after a timeout (generous bound for a slow machine).
+            assert time.monotonic() - started < 2.5
 
     run(main())
 
@@ -169,12 +179,15 @@ def test_handler_that_raises(
         # and with them its UDP socket, alive.
         srv = await homa.open(port=free_port(), host=LOCAL)
         server = asyncio.create_task(srv.serve(handler, on_error=on_error if with_on_error else None))
-        async with await homa.open(host=LOCAL) as cli:
+        async with homa.open(host=LOCAL) as cli:
             if with_on_error:
                 assert await cli.call(srv.local_addr, b"boom", timeout=5) == b"error: model exploded"
             else:
-                with pytest.raises(homa.TimeoutError):
-                    await cli.call(srv.local_addr, b"boom")  # Homa's own timeout
+                # The server answers the client's RESENDs (it is alive; the request is
+                # discarded and restarted), so only the call's own timeout ends it.
+                with pytest.raises(homa.TimeoutError) as err:
+                    await cli.call(srv.local_addr, b"boom", timeout=1)
+                assert err.value.kind == "timeout"
             assert await cli.call(srv.local_addr, b"next", timeout=5) == b"ok: next"
         srv.close()
         await server
@@ -196,8 +209,8 @@ def test_bad_input(run: Callable[[Any], Any], port: int) -> None:
             await cli.call(dest, 42)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="dest"):
             await cli.call(1234, b"x")  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="IP address"):
-            await cli.call(("localhost", port), b"x")
+        with pytest.raises(ValueError, match="host name"):
+            await cli.call(("not a host", port), b"x")
         with pytest.raises(TypeError, match="timeout"):
             await cli.call(dest, b"x", timeout="soon")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="timeout"):
@@ -205,7 +218,7 @@ def test_bad_input(run: Callable[[Any], Any], port: int) -> None:
         with pytest.raises(homa.MessageTooLargeError) as too_large:
             await cli.call(dest, bytes(1_000_001))
         assert isinstance(too_large.value, ValueError)
-        with pytest.raises(homa.InvalidArgumentError, match="1..=1000000"):
+        with pytest.raises(homa.InvalidArgumentError, match="between 1 and 1,000,000 bytes"):
             await cli.call(dest, b"")
         # Ports: out of u16, or not a server port (0, 32768..), as an argument or a dest.
         for bad in (-1, 0, 32768, 65536, 70000):
@@ -261,7 +274,7 @@ def test_closed_server_frees_its_port(run: Callable[[Any], Any], port: int) -> N
 
     async def main() -> None:
         srv, task = await echo_server(port)
-        async with await homa.open(host=LOCAL, **SLACK) as cli:
+        async with homa.open(host=LOCAL, **SLACK) as cli:
             assert await cli.call(srv.local_addr, b"x", timeout=5) == b"x"
         srv.close()
         await task
@@ -289,7 +302,7 @@ def test_a_dropped_socket_leaves_its_loop(run: Callable[[Any], Any], port: int) 
                 gone.close()
             await asyncio.sleep(0)  # one loop turn: the finalizer's detach runs
             srv, task = await echo_server(port)
-            async with await homa.open(host=LOCAL, **SLACK) as cli:
+            async with homa.open(host=LOCAL, **SLACK) as cli:
                 reply = await asyncio.wait_for(cli.call(srv.local_addr, b"x"), 30)
                 assert reply == b"x", how
             srv.close()
@@ -318,7 +331,7 @@ def test_cancelled_receiver_loses_no_request(run: Callable[[Any], Any], port: in
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-        async with await homa.open(host=LOCAL) as cli:
+        async with homa.open(host=LOCAL) as cli:
             call = asyncio.create_task(cli.call(srv.local_addr, b"hi", timeout=5))
             req = await srv.recv_request()
             await req.reply(req.message.upper())
@@ -383,7 +396,7 @@ def test_serve_runs_handlers_concurrently(run: Callable[[Any], Any], port: int) 
             return req.message
 
         server = asyncio.create_task(srv.serve(handler))
-        async with await homa.open(host=LOCAL, **SLACK) as cli:
+        async with homa.open(host=LOCAL, **SLACK) as cli:
             calls: list[Awaitable[bytes]] = [cli.call(srv.local_addr, m, timeout=5) for m in (b"a", b"b")]
             assert await asyncio.gather(*calls) == [b"a", b"b"]
         srv.close()
@@ -398,7 +411,7 @@ def test_read_only_sends_are_not_copied(run: Callable[[Any], Any], port: int) ->
 
     async def main() -> None:
         srv = await homa.open(port=port, host=LOCAL)
-        async with await homa.open(host=LOCAL, **SLACK) as cli:
+        async with homa.open(host=LOCAL, **SLACK) as cli:
             data = bytearray(b"tensor" * 1000)
             view = memoryview(data).toreadonly()
             call = asyncio.create_task(cli.call(srv.local_addr, view, timeout=5))
@@ -420,7 +433,7 @@ def test_writable_sends_are_copied(run: Callable[[Any], Any], port: int) -> None
 
     async def main() -> None:
         srv = await homa.open(port=port, host=LOCAL)
-        async with await homa.open(host=LOCAL, **SLACK) as cli:
+        async with homa.open(host=LOCAL, **SLACK) as cli:
             payload = bytearray(b"a" * 300_000)
             call = asyncio.create_task(cli.call(srv.local_addr, payload, timeout=5))
             await asyncio.sleep(0)  # the call starts: its bytes are taken now
@@ -431,5 +444,119 @@ def test_writable_sends_are_copied(run: Callable[[Any], Any], port: int) -> None
             await req.reply(b"ok")
             assert await call == b"ok"
         srv.close()
+
+    run(main())
+
+
+def test_open_works_with_async_with_and_with_await(run: Callable[[Any], Any], port: int) -> None:
+    async def main() -> None:
+        async with homa.open(port=port, host=LOCAL, **SLACK) as srv:
+            assert isinstance(srv, homa.AsyncSocket) and not srv.closed
+            cli = await homa.open(host=LOCAL, **SLACK)
+            serving = asyncio.ensure_future(srv.serve(echo))
+            assert await cli.call(srv.local_addr, b"both forms") == b"both forms"
+            cli.close()
+            serving.cancel()
+        assert srv.closed  # the block closed it
+
+    run(main())
+
+
+async def echo(req: homa.Request) -> bytes:
+    return req.message
+
+
+def test_serve_runs_a_plain_function_in_a_thread(run: Callable[[Any], Any], port: int) -> None:
+    threads: list[int] = []
+
+    def handler(req: homa.Request) -> bytes:
+        threads.append(threading.get_ident())
+        return req.message[::-1]
+
+    async def main() -> None:
+        async with homa.open(port=port, host=LOCAL, **SLACK) as srv, homa.open(
+            host=LOCAL, **SLACK
+        ) as cli:
+            serving = asyncio.ensure_future(srv.serve(handler))
+            replies = await asyncio.gather(*(cli.call(srv.local_addr, b"abc") for _ in range(8)))
+            assert replies == [b"cba"] * 8
+            assert threading.get_ident() not in threads  # not on the loop's thread
+            serving.cancel()
+
+    run(main())
+
+
+def test_serve_refuses_what_is_not_a_function(run: Callable[[Any], Any], port: int) -> None:
+    async def main() -> None:
+        async with homa.open(port=port, host=LOCAL) as srv:
+            with pytest.raises(TypeError, match="function of the request"):
+                await srv.serve(b"not a handler")  # type: ignore[arg-type]
+
+    run(main())
+
+
+def test_more_calls_than_the_send_buffer_holds_wait_for_room(
+    run: Callable[[Any], Any], port: int
+) -> None:
+    """200 concurrent 1,000,000-byte calls need 200 MB of send buffer: with a 20 MB
+    `wmem_max` most wait for room, and all complete. With block=False one fails fast."""
+    big = bytes(range(256)) * 3906 + bytes(64)  # 1,000,000 bytes
+
+    async def main() -> None:
+        async with homa.open(port=port, host=LOCAL, **SLACK) as srv, homa.open(
+            host=LOCAL, wmem_max=20_000_000, **SLACK
+        ) as cli:
+            serving = asyncio.ensure_future(srv.serve(lambda req: b"ok"))
+            replies = await asyncio.gather(*(cli.call(srv.local_addr, big) for _ in range(200)))
+            assert replies == [b"ok"] * 200
+            # Fill the buffer, then ask not to wait.
+            waiting = [asyncio.ensure_future(cli.call(srv.local_addr, big)) for _ in range(40)]
+            await asyncio.sleep(0)
+            with pytest.raises(homa.ResourceLimitError) as err:
+                await cli.call(srv.local_addr, big, block=False)
+            assert err.value.kind == "tx_buffer_full"
+            assert await asyncio.gather(*waiting) == [b"ok"] * 40
+            serving.cancel()
+
+    run(main())
+
+
+def test_host_names_are_resolved(run: Callable[[Any], Any], port: int) -> None:
+    async def main() -> None:
+        async with homa.open(port=port, host="localhost", **SLACK) as srv, homa.open(
+            host="localhost", **SLACK
+        ) as cli:
+            assert srv.local_addr == ("127.0.0.1", port)
+            serving = asyncio.ensure_future(srv.serve(echo))
+            assert await cli.call(("localhost", port), b"by name") == b"by name"
+            assert await cli.call(f"localhost:{port}", b"by name") == b"by name"
+            with pytest.raises(homa.InvalidArgumentError, match="cannot resolve"):
+                await cli.call(("no-such-host.invalid", port), b"x")
+            serving.cancel()
+
+    run(main())
+
+
+def test_a_message_longer_than_the_server_accepts_is_logged_once(
+    run: Callable[[Any], Any], port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the client raised max_message_length: the server drops the message, counts it
+    as too long and says so once, in the "homa" logger."""
+
+    async def main() -> None:
+        async with homa.open(port=port, host=LOCAL, **SLACK) as srv, homa.open(
+            host=LOCAL, max_message_length=2_000_000
+        ) as cli:
+            serving = asyncio.ensure_future(srv.serve(echo))
+            with caplog.at_level(logging.WARNING, logger="homa"):
+                for _ in range(2):
+                    with pytest.raises(homa.TimeoutError):
+                        await cli.call(srv.local_addr, bytes(1_500_000), timeout=0.5)
+            warned = [r for r in caplog.records if "max_message_length" in r.getMessage()]
+            assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+            assert "1500000 bytes" in warned[0].getMessage()
+            drops = srv.metrics()["core"]["drops"]
+            assert drops["too_long"] > 0 and drops["malformed"] == 0, drops
+            serving.cancel()
 
     run(main())

@@ -212,3 +212,56 @@ def test_retain_freed_buffers_is_set_where_malloc_is_glibc() -> None:
     expected = platform.libc_ver()[0] == "glibc" and sys.maxsize > 2**32 and not tuned
     assert homa.retain_freed_buffers() is expected
     assert homa.retain_freed_buffers() is expected  # idempotent
+
+
+def test_blocking_calls_wait_for_room_unless_told_not_to(port: int) -> None:
+    """More 1,000,000-byte calls in flight (from threads) than a 5 MB send buffer holds:
+    they wait for room and complete; with block=False a call fails fast instead."""
+    big = bytes(1_000_000)
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(
+        host=LOCAL, wmem_max=5_000_000, **SLACK
+    ) as client:
+        serve_in_thread(server)
+        results: list[bytes] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(client.call(server.local_addr, big)))
+            for _ in range(20)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(results) == 20 and all(r == big for r in results)
+
+
+def test_a_call_told_not_to_block_fails_fast_on_a_full_send_buffer(port: int) -> None:
+    """Five unanswered 1,000,000-byte requests fill a 5 MB send buffer (a request's bytes
+    stay until its response comes): one more with block=False fails at once."""
+    with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(
+        host=LOCAL, wmem_max=5_000_000, **SLACK
+    ) as client:
+        calls = [
+            threading.Thread(target=client.call, args=(server.local_addr, bytes(1_000_000)))
+            for _ in range(5)
+        ]
+        for t in calls:
+            t.start()
+        held = [server.recv_request(timeout=10) for _ in range(5)]
+        with pytest.raises(homa.ResourceLimitError) as err:
+            client.call(server.local_addr, b"one more", block=False)
+        assert err.value.kind == "tx_buffer_full"
+        for req in held:
+            req.reply(b"done")
+        for t in calls:
+            t.join()
+
+
+def test_blocking_host_names_are_resolved(port: int) -> None:
+    with homa.Socket(port, host="localhost", **SLACK) as server, homa.Socket(
+        host="localhost", **SLACK
+    ) as client:
+        assert server.local_addr == ("127.0.0.1", port)
+        serve_in_thread(server)
+        assert client.call(f"localhost:{port}", b"abc", timeout=10) == b"cba"
+        with pytest.raises(homa.InvalidArgumentError, match="cannot resolve"):
+            client.call(("no-such-host.invalid", port), b"x", timeout=10)

@@ -1,6 +1,6 @@
 """Homa, the receiver-driven datacenter transport, for Python.
 
-- asyncio: ``sock = await homa.open(port)``; ``await sock.call(addr, data)``;
+- asyncio: ``async with homa.open(port) as sock:``; ``await sock.call(addr, data)``;
   ``async for req in sock.requests(): await req.reply(data)`` (:mod:`homa.aio`).
 - Blocking, for threads and scripts: ``homa.Socket(port)``, ``.call``, ``.recv_request``,
   ``req.reply`` (the GIL is released while waiting).
@@ -11,16 +11,16 @@
 - :func:`retain_freed_buffers`: for programs receiving large messages, keeps glibc's
   ``malloc`` from handing each freed buffer back to the kernel.
 
-Messages are 1..1,000,000 bytes (the Linux module's limit; an ``Endpoint`` may raise it with
-``max_message_length``, for peers configured alike); sends take any bytes-like object
+Messages hold between 1 and 1,000,000 bytes (the Linux module's limit; raise it with
+``max_message_length=`` on both ends); sends take any bytes-like object
 (read-only ones such as ``bytes`` without a copy, writable ones copied once); received
 messages are ``bytes``. Errors are :class:`HomaError` subclasses (see
-:mod:`homa._errors`)."""
+:mod:`homa.errors`)."""
 
 from __future__ import annotations
 
 from . import wire
-from ._errors import (
+from .errors import (
     AbortedError,
     ConfigError,
     HomaError,
@@ -32,6 +32,7 @@ from ._errors import (
     ResourceLimitError,
     ShutdownError,
     TimeoutError,
+    UnreachableError,
     WireError,
 )
 from ._native import (
@@ -50,7 +51,7 @@ from ._native import (
     cutoffs_for_workload,
     retain_freed_buffers,
 )
-from .aio import AsyncSocket, open
+from .aio import AsyncSocket, Opening, open
 
 __version__ = "0.1.0"
 
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidArgumentError",
     "MessageTooLargeError",
     "MissingCapabilityError",
+    "Opening",
     "PeerUnknownError",
     "PortInUseError",
     "Replied",
@@ -79,6 +81,7 @@ __all__ = [
     "Socket",
     "TimeoutError",
     "Transmit",
+    "UnreachableError",
     "WireError",
     "cutoffs_for_workload",
     "open",

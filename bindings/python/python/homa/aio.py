@@ -16,42 +16,89 @@ polls, and homa's threads never take the GIL. Works with any loop that supports
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import socket
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Union
 
 from . import _native
-from ._errors import ShutdownError
 from ._native import Request
+from .errors import InvalidArgumentError, ShutdownError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._native import Address, Bytes
 
-__all__ = ["AsyncSocket", "open"]
+__all__ = ["AsyncSocket", "Opening", "open"]
 
 log = logging.getLogger("homa")
 
 
-async def open(
+def open(
     port: int | None = None,
     host: str = "0.0.0.0",
     transport: str = "udp",
     **options: Any,
-) -> AsyncSocket:
-    """Opens a socket for the running event loop.
+) -> Opening:
+    """Opens a socket for the running event loop: ``sock = await homa.open(...)``, or
+    ``async with homa.open(...) as sock:``, which closes it at the end of the block.
 
-    ``port`` given: a server on Homa port ``port`` (1..32767; with UDP also the UDP port) of
-    ``host``, which can also make calls. ``port=None``: a client with an ephemeral port.
+    ``port`` given: a server on Homa port ``port`` (between 1 and 32767; with UDP also the
+    UDP port) of ``host`` (an IP address or a name such as ``"localhost"``), which can also
+    make calls. ``port=None``: a client with an ephemeral port.
     ``transport``: ``"udp"`` (default, unprivileged), ``"ip"`` (IP protocol 146, as the Linux
     module; CAP_NET_RAW), ``"uring"`` or ``"uring-ip"``. Other keyword arguments are those of
     :class:`homa.Socket`: ``busy_poll``, ``allow`` and any ``Config`` field (``mtu``,
-    ``timeout_ticks``...)."""
-    loop = asyncio.get_running_loop()
-    native = _native.Socket(port, host, transport, **options)
-    return AsyncSocket(native, loop)
+    ``timeout_ticks``, ``max_message_length``...)."""
+    return Opening(port, host, transport, options)
+
+
+class Opening(Coroutine[Any, Any, "AsyncSocket"]):
+    """What :func:`open` returns: await it (or pass it to ``asyncio.run``) for the socket,
+    or use it with ``async with``, which closes the socket at the end."""
+
+    def __init__(
+        self, port: int | None, host: str, transport: str, options: dict[str, Any]
+    ) -> None:
+        self._args = (port, host, transport, options)
+        self._coro: Coroutine[Any, Any, AsyncSocket] | None = None
+        self._sock: AsyncSocket | None = None
+
+    async def _open(self) -> AsyncSocket:
+        loop = asyncio.get_running_loop()
+        port, host, transport, options = self._args
+        native = _native.Socket(port, host, transport, **options)
+        return AsyncSocket(native, loop)
+
+    def _started(self) -> Coroutine[Any, Any, AsyncSocket]:
+        # Made on first use: one never awaited (the `async with` form) would be warned of.
+        if self._coro is None:
+            self._coro = self._open()
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, AsyncSocket]:
+        return self._started().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._started().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._started().throw(*args)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+    async def __aenter__(self) -> AsyncSocket:
+        self._sock = await self._open()
+        return self._sock
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._sock is not None:
+            self._sock.close()
 
 
 class AsyncSocket:
@@ -61,6 +108,8 @@ class AsyncSocket:
     def __init__(self, native: _native.Socket, loop: asyncio.AbstractEventLoop) -> None:
         self._native = native
         self._loop = loop
+        # Host names given as destinations, and what they resolved to.
+        self._resolved: dict[Address, tuple[str, int]] = {}
         self._reactor = _native.Reactor()
         self._fd = self._reactor.fileno()
         loop.add_reader(self._fd, self._reactor.dispatch)
@@ -105,24 +154,64 @@ class AsyncSocket:
         if asyncio.get_running_loop() is not self._loop:
             raise RuntimeError("this homa socket belongs to another event loop")
 
-    async def call(self, dest: Address, message: Bytes, timeout: float | None = None) -> bytes:
+    async def call(
+        self,
+        dest: Address,
+        message: Bytes,
+        timeout: float | None = None,
+        *,
+        block: bool = True,
+    ) -> bytes:
         """Sends ``message`` (any bytes-like object: read-only ones such as ``bytes`` are
-        sent without a copy, writable ones copied once) to the Homa server at ``dest`` (``(host, port)`` or
-        ``"host:port"``) and returns its response.
+        sent without a copy, writable ones copied once) to the Homa server at ``dest``
+        (``(host, port)`` or ``"host:port"``; the host an IP address or a name, resolved
+        without blocking the loop and remembered by this socket) and returns its response.
 
-        ``timeout`` (seconds) bounds the call (:class:`homa.TimeoutError`, which is also
-        ``asyncio.TimeoutError``); without it a silent server still fails the call after
-        Homa's own timeout (``timeout_ticks``, 100 ms of silence by default). Cancelling the
-        awaiting task (``task.cancel()``, ``asyncio.wait_for``, ``asyncio.timeout``) aborts
-        the RPC: it is forgotten at once and the server is not told."""
+        ``timeout`` (seconds) bounds the call (:class:`homa.TimeoutError`, kind
+        ``"timeout"``; also ``asyncio.TimeoutError``). Independently, a server that sends
+        nothing for Homa's own timeout (``timeout_ticks``: 100 ms by default) although
+        asked to resend fails the call sooner, with kind ``"peer_silent"``: it is presumed
+        down. When the outgoing messages fill the send buffer (``wmem_max``), the call
+        waits for room, as a write to a full socket does; with ``block=False`` it raises
+        :class:`homa.ResourceLimitError` instead. Cancelling the awaiting task
+        (``task.cancel()``, ``asyncio.wait_for``, ``asyncio.timeout``) aborts the RPC: it
+        is forgotten at once and the server is not told."""
         self._check_loop()
         future = self._loop.create_future()
-        token = self._native._call_async(self._reactor, future, dest, message, timeout)
+        if type(dest) is str or type(dest) is tuple:
+            dest = self._resolved.get(dest, dest)
+        try:
+            token = self._native._call_async(self._reactor, future, dest, message, timeout, block)
+        except InvalidArgumentError as e:
+            if e.kind != "host_name":
+                raise
+            resolved = await self._resolve(dest)
+            token = self._native._call_async(
+                self._reactor, future, resolved, message, timeout, block
+            )
         try:
             return await future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
             self._reactor.cancel(token)
             raise
+
+    async def _resolve(self, dest: Address) -> tuple[str, int]:
+        """The address a host name in ``dest`` resolves to (of the socket's family)."""
+        if isinstance(dest, str):
+            host, _, port_text = dest.rpartition(":")
+            port = int(port_text)
+        else:
+            host, port = dest[0], dest[1]
+        family = socket.AF_INET6 if ":" in self.local_addr[0] else socket.AF_INET
+        try:
+            found = await self._loop.getaddrinfo(host, port, family=family, type=socket.SOCK_DGRAM)
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot resolve {host!r}: {e}") from e
+        resolved = (str(found[0][4][0]), port)
+        if len(self._resolved) >= 1024:
+            self._resolved.clear()
+        self._resolved[dest] = resolved
+        return resolved
 
     async def recv_request(self) -> Request:
         """The next request (servers only; a client socket never gets one). Raises
@@ -149,20 +238,25 @@ class AsyncSocket:
 
     async def serve(
         self,
-        handler: Callable[[Request], Awaitable[Bytes]],
+        handler: Handler,
         *,
         on_error: Callable[[Request, Exception], Bytes | None] | None = None,
     ) -> None:
         """Serves until the socket is closed (or the task is cancelled): each request runs
         ``await handler(req)`` in its own task, and the bytes-like object it returns is the
-        response.
+        response. A plain (not ``async``) function is run in the loop's default thread pool
+        (``loop.run_in_executor``), so a handler that blocks or computes does not stall the
+        loop; anything else that is not callable raises ``TypeError`` at once.
 
         If the handler raises, the exception is logged (logger ``"homa"``) and the server
         keeps serving. The request is then answered with ``on_error(req, exc)`` if that is
-        given and returns bytes, else discarded: Homa has no error responses, so the client
-        re-sends the request (the handler may run again) and finally fails with
-        :class:`homa.TimeoutError`, after its ``timeout`` or Homa's silence timeout
-        (``timeout_ticks``), whichever comes first."""
+        given and returns bytes, else discarded: Homa has no error responses, so the
+        client's Homa restarts the request (the handler may run again) until the call's
+        ``timeout`` passes (:class:`homa.TimeoutError`); a call without one waits on.
+        Give ``on_error`` to answer failures."""
+        if not callable(handler):
+            name = type(handler).__name__
+            raise TypeError(f"serve() needs a function of the request, not {name}")
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for req in self.requests():
@@ -176,11 +270,16 @@ class AsyncSocket:
     async def _handle(
         self,
         req: Request,
-        handler: Callable[[Request], Awaitable[Bytes]],
+        handler: Handler,
         on_error: Callable[[Request, Exception], Bytes | None] | None,
     ) -> None:
         try:
-            response = await handler(req)
+            if _is_async(handler):
+                response = await handler(req)  # type: ignore[misc]
+            else:
+                response = await self._loop.run_in_executor(None, handler, req)
+                if inspect.isawaitable(response):  # e.g. a lambda returning a coroutine
+                    response = await response
             req.reply(response)
         except ShutdownError:
             pass
@@ -218,6 +317,19 @@ class AsyncSocket:
 
     def __repr__(self) -> str:
         return f"<homa.AsyncSocket {self._native!r}>"
+
+
+Handler = Callable[[Request], Union[Awaitable["Bytes"], "Bytes"]]
+"""A request handler for :meth:`AsyncSocket.serve`: ``async def`` or a plain function."""
+
+
+def _is_async(handler: object) -> bool:
+    """Whether calling ``handler`` gives a coroutine (an ``async def``, maybe wrapped in
+    ``functools.partial`` or an object with an ``async def __call__``)."""
+    target = getattr(handler, "func", handler)
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)
+    )
 
 
 def _detach(

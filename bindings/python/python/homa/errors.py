@@ -18,6 +18,7 @@ __all__ = [
     "ResourceLimitError",
     "ShutdownError",
     "TimeoutError",
+    "UnreachableError",
     "WireError",
 ]
 
@@ -30,17 +31,31 @@ class HomaError(Exception):
 
 
 class TimeoutError(HomaError, builtins.TimeoutError):
-    """The call's deadline passed, or the peer went silent for Homa's own timeout
-    (``timeout_ticks``, 100 ms by default). Also a builtin ``TimeoutError``, which on
-    Python 3.11+ is ``asyncio.TimeoutError`` too."""
+    """No response in time. ``kind`` says whose deadline it was:
+
+    - ``"timeout"``: the ``timeout`` given to the call (or to ``recv_request``) passed;
+    - ``"peer_silent"``: the peer sent nothing for Homa's own timeout (``timeout_ticks``
+      ticks of 1 ms, 100 ms by default) although asked to resend: it is presumably down.
+      This can come before a longer ``timeout`` (raise ``timeout_ticks`` to wait longer
+      for a slow peer).
+
+    When both deadlines pass at once, the call's own ``timeout`` is reported. Also a
+    builtin ``TimeoutError``, which on Python 3.11+ is ``asyncio.TimeoutError`` too."""
 
     kind = "timeout"
 
 
 class PeerUnknownError(HomaError, ConnectionError):
-    """The peer is unreachable (an ICMP error: no one listens on that port, or no route), or
-    the endpoint has no RPC with that id (``kind`` tells which: ``"unreachable"`` or
-    ``"unknown_rpc"``)."""
+    """The peer cannot be reached (:class:`UnreachableError`), or the endpoint has no RPC
+    with that id (``kind`` ``"unknown_rpc"``)."""
+
+    kind = "unknown_rpc"
+
+
+class UnreachableError(PeerUnknownError, builtins.ConnectionRefusedError):
+    """The peer is unreachable: an ICMP error came back (nobody listens on that UDP port,
+    the host or protocol is unreachable) or there is no route. Raised as soon as the error
+    arrives, like a refused TCP connection."""
 
     kind = "unreachable"
 
@@ -56,7 +71,9 @@ class InvalidArgumentError(HomaError, ValueError):
 
 class MessageTooLargeError(InvalidArgumentError):
     """A message longer than the endpoint's ``max_message_length`` (1,000,000 bytes, the
-    Linux module's limit, unless raised)."""
+    Linux module's limit, unless raised). To send more, pass the same larger
+    ``max_message_length=`` to both ends' ``open``; peers running the Linux module accept
+    at most 1,000,000 bytes."""
 
     kind = "message_length"
 
@@ -76,8 +93,8 @@ class ConfigError(HomaError, ValueError):
 
 class ResourceLimitError(HomaError):
     """A limit of the endpoint is reached: ``tx_buffer_full`` (``wmem_max`` bytes of
-    outgoing messages), ``too_many_peers`` (``max_peers``), ``no_ephemeral_port``. Retry once
-    some calls complete."""
+    outgoing messages, only from a call made with ``block=False``: other calls wait for
+    room), ``too_many_peers`` (``max_peers``), ``no_ephemeral_port``."""
 
     kind = "tx_buffer_full"
 
