@@ -131,7 +131,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     if let Some(n) = args.response_len
         && !(1..=1_000_000).contains(&n)
     {
-        return Err(Error::Input("--response-len must be 1..=1000000".into()));
+        return Err(Error::Input("--response-len must be between 1 and 1,000,000".into()));
     }
     if args.threads == 0 {
         return Err(Error::Input("--threads must be at least 1".into()));

@@ -150,7 +150,7 @@ impl Args {
         let paper_oc = paper_overcommit(workload.name()).filter(|_| workload.is_builtin());
         let overcommit = self.overcommit.or(paper_oc).unwrap_or(4);
         if !(1..=8).contains(&self.priorities) {
-            return Err(input("--priorities must be 1..=8"));
+            return Err(input("--priorities must be between 1 and 8"));
         }
         let sched = self
             .sched_levels

@@ -273,7 +273,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         return Err(Error::Input("--count and --round must be positive".into()));
     }
     if !(1..=65_000).contains(&args.size) {
-        return Err(Error::Input("--size must be 1..=65000 (one UDP datagram)".into()));
+        return Err(Error::Input("--size must be between 1 and 65,000 (one UDP datagram)".into()));
     }
     for o in &args.only {
         if !CONTENDERS.contains(&o.as_str()) {

@@ -277,7 +277,7 @@ fn tcp_turn(conns: &mut [TcpConn], n: usize, secs: f64, payload: &[u8], response
 pub(crate) fn run(args: &Args) -> Result<(), Error> {
     logging::init(args.verbose, "warn");
     if !(1..=1_000_000).contains(&args.size) || !(1..=1_000_000).contains(&args.response) {
-        return Err(Error::Input("--size and --response must be 1..=1000000".into()));
+        return Err(Error::Input("--size and --response must be between 1 and 1,000,000".into()));
     }
     if args.in_flight.is_empty() || args.in_flight.contains(&0) || args.rounds == 0 {
         return Err(Error::Input("--in-flight levels and --rounds must be positive".into()));
