@@ -201,7 +201,8 @@ impl Node {
         let result = self.ep.handle_packet(Instant::from_nanos(now), from, bytes);
         if result.is_err() {
             let after = self.ep.metrics();
-            assert_eq!(after.drops.malformed, before.drops.malformed + 1, "malformed, counted");
+            let invalid = |m: &Metrics| m.drops.malformed + m.drops.too_long;
+            assert_eq!(invalid(&after), invalid(&before) + 1, "malformed (or too long), counted");
             assert_eq!(
                 Metrics { packets_in: 0, drops: Default::default(), ..after },
                 Metrics { packets_in: 0, drops: Default::default(), ..before },
