@@ -394,7 +394,8 @@ impl Node {
         assert_eq!(m.packets_in, self.handed, "packets_in counts every handle_packet");
         assert_eq!(m.packets_in, m.accepted + m.drops.total(), "in = accepted + dropped: {m:?}");
         let typed: u64 = m.packets_in_by_type.iter().sum();
-        assert_eq!(typed + m.drops.malformed, m.packets_in, "valid packets counted by type");
+        let invalid = m.drops.malformed + m.drops.too_long;
+        assert_eq!(typed + invalid, m.packets_in, "valid packets counted by type");
         // A FREEZE is dropped as such, unless an earlier check (its port) drops it first.
         let freezes = m.packets_in_by_type[usize::from(PacketType::Freeze.code() - 0x10)];
         assert!(m.drops.freeze <= freezes, "more FREEZE drops than FREEZE packets");
