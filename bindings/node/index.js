@@ -1,0 +1,321 @@
+'use strict';
+// homa for Node: Promise-based sockets over homa-io (the native module built from this
+// package's Rust crate) and the packet fields codec. The native half takes checked values
+// and reports errors as `kind` + '\x1f' + message; this file gives them their JavaScript
+// shape: argument checks (TypeError, RangeError), HomaError with Node-style codes, async
+// iteration, AbortSignal, host names.
+
+const net = require('node:net');
+const dns = require('node:dns/promises');
+const path = require('node:path');
+
+const native = require(path.join(__dirname, 'homa.node'));
+
+const SEP = '\x1f';
+const MAX_PORT = 32767;
+const TRANSPORTS = ['udp', 'ip', 'uring', 'uring-ip'];
+
+/** Node-style codes by error kind (the kinds every binding shares). */
+const CODES = {
+  timed_out: 'ETIMEDOUT',
+  peer_silent: 'ETIMEDOUT',
+  unreachable: 'ECONNREFUSED',
+  unknown_rpc: 'ENOENT',
+  aborted: 'EABORTED',
+  shutdown: 'ESHUTDOWN',
+  message_length: 'EMSGSIZE',
+  port_in_use: 'EADDRINUSE',
+  tx_buffer_full: 'ENOBUFS',
+  too_many_peers: 'ENOBUFS',
+  no_ephemeral_port: 'EADDRNOTAVAIL',
+  address_family: 'EAFNOSUPPORT',
+  missing_capability: 'EPERM',
+  io: 'EIO',
+};
+
+/** An error of Homa or of its socket. `kind` is the name every binding uses (Python's
+ * `HomaError.kind`), `code` a Node-style code (`'ETIMEDOUT'`, `'ECONNREFUSED'`, ...). */
+class HomaError extends Error {
+  constructor(message, kind) {
+    super(message);
+    this.name = 'HomaError';
+    this.kind = kind;
+    this.code = CODES[kind] ?? (kind in WIRE_KINDS ? 'EPROTO' : 'EINVAL');
+  }
+}
+
+const WIRE_KINDS = {
+  truncated: 1, unknown_type: 1, too_many_acks: 1, bad_message_length: 1,
+  past_message_end: 1, bad_priority: 1, invalid_fields: 1,
+};
+
+/** A native error as a HomaError (anything else unchanged). */
+function translate(e) {
+  if (e instanceof Error && typeof e.message === 'string' && e.message.includes(SEP)) {
+    const [kind, message] = e.message.split(SEP);
+    return new HomaError(message, kind);
+  }
+  return e;
+}
+
+function native_(f) {
+  try {
+    return f();
+  } catch (e) {
+    throw translate(e);
+  }
+}
+
+function bytes(data, what) {
+  if (Buffer.isBuffer(data)) return data;
+  if (data instanceof Uint8Array) return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  if (data instanceof ArrayBuffer) return Buffer.from(data);
+  throw new TypeError(`${what} must be a Buffer, Uint8Array or ArrayBuffer, not ${describe(data)}`);
+}
+
+function describe(v) {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? `an instance of ${v.constructor?.name ?? 'Object'}` : `a ${typeof v}`;
+}
+
+function checkPort(port, what, max = MAX_PORT) {
+  if (typeof port !== 'number' || !Number.isInteger(port)) {
+    throw new TypeError(`${what} must be an integer, not ${describe(port)}`);
+  }
+  if (port < 1 || port > max) throw new RangeError(`${what} must be between 1 and ${max}, not ${port}`);
+}
+
+/** "host:port" or "[v6]:port" as [host, port]. */
+function splitAddress(dest) {
+  if (typeof dest !== 'string') {
+    throw new TypeError(`the address must be a "host:port" string, not ${describe(dest)}`);
+  }
+  const m = /^\[([^\]]+)\]:(\d+)$/.exec(dest) ?? /^([^:]+):(\d+)$/.exec(dest);
+  if (!m) throw new TypeError(`the address must be "host:port" or "[v6]:port", not ${JSON.stringify(dest)}`);
+  const port = Number(m[2]);
+  if (port > 65535) throw new RangeError(`the port of ${JSON.stringify(dest)} must be between 0 and 65535`);
+  return [m[1], port];
+}
+
+async function resolve(host, family) {
+  if (net.isIP(host)) return host;
+  try {
+    return (await dns.lookup(host, { family })).address;
+  } catch (e) {
+    throw new HomaError(`cannot resolve ${JSON.stringify(host)}: ${e.message}`, 'invalid_argument');
+  }
+}
+
+/**
+ * Opens a Homa socket: a server on `port` (1-32767; with UDP also the UDP port), or without
+ * a port a client. `host` is an IP address or a name; `transport` 'udp' (default), 'ip'
+ * (IP protocol 146, as the Linux module; needs CAP_NET_RAW), 'uring' or 'uring-ip'. Other
+ * options are Config fields by name (`max_message_length`, `timeout_ticks`, ...; see
+ * `configFields`).
+ */
+async function open(options = {}) {
+  if (typeof options !== 'object' || options === null) {
+    throw new TypeError(`the options must be an object, not ${describe(options)}`);
+  }
+  const { port, host = '0.0.0.0', transport = 'udp', ...config } = options;
+  if (port !== undefined && port !== null) checkPort(port, 'port');
+  if (typeof host !== 'string') throw new TypeError(`host must be a string, not ${describe(host)}`);
+  if (!TRANSPORTS.includes(transport)) {
+    throw new RangeError(`transport must be one of ${TRANSPORTS.join(', ')}, not ${JSON.stringify(transport)}`);
+  }
+  for (const [name, value] of Object.entries(config)) {
+    const ok = Number.isInteger(value) || (Array.isArray(value) && value.every(Number.isInteger));
+    if (!ok) throw new TypeError(`option ${name} must be an integer (or a list of them), not ${describe(value)}`);
+  }
+  const ip = net.isIP(host) ? host : await resolve(host, 4).catch(() => resolve(host, 6));
+  const sock = native_(() =>
+    native.NativeSocket.open(port ?? null, ip, transport, JSON.stringify(config)));
+  return new Socket(sock);
+}
+
+/** A request a server received: its `message`, `peer` and `id`; answer with `reply`. */
+class Request {
+  constructor(inner) {
+    this._inner = inner;
+    /** The request's message: a Buffer over the received bytes. */
+    this.message = inner.takeMessage();
+    /** The client's address, "ip:port". */
+    this.peer = inner.peer;
+    /** The RPC's id. */
+    this.id = inner.id;
+  }
+
+  /** Sends the response (copied once); resolves at once. */
+  async reply(data) {
+    const buf = bytes(data, 'the response');
+    native_(() => this._inner.reply(buf));
+  }
+
+  /** Drops the request unanswered: the client's Homa asks again. */
+  discard() {
+    this._inner.discard();
+  }
+}
+
+/** A Homa socket: `call` as a client, `requests` or `serve` as a server. */
+class Socket {
+  constructor(inner) {
+    this._inner = inner;
+    this._family = inner.localAddr.startsWith('[') ? 6 : 4;
+    this._names = new Map();
+    // homa-io's warnings (e.g. a peer sending longer messages than allowed), said once.
+    this._warnings = setInterval(() => this._warn(), 1000);
+    this._warnings.unref();
+  }
+
+  /** Where peers reach this socket, "ip:port". */
+  get localAddr() { return this._inner.localAddr; }
+  /** The Homa port (the server's, or the client's ephemeral one). */
+  get port() { return this._inner.port; }
+  /** The transport in use. */
+  get transport() { return this._inner.transport; }
+  /** Whether `close` was called. */
+  get closed() { return this._inner.closed; }
+
+  _warn() {
+    for (const w of this._inner.takeWarnings()) process.emitWarning(w, 'HomaWarning');
+  }
+
+  /**
+   * Sends `data` (Buffer, Uint8Array or ArrayBuffer; copied once) to the server at `dest`
+   * ("host:port") and resolves to its response, a Buffer. `timeoutMs` bounds the call
+   * (HomaError ETIMEDOUT, kind 'timed_out'); a server silent for Homa's own timeout fails
+   * it sooner (kind 'peer_silent'). `signal` (an AbortSignal) aborts it (EABORTED). While
+   * the send buffer is full the call waits for room; `block: false` fails at once instead
+   * (ENOBUFS).
+   */
+  async call(dest, data, { timeoutMs, signal, block = true } = {}) {
+    const buf = bytes(data, 'the message');
+    if (buf.length === 0) throw new RangeError('the message is empty: Homa messages hold at least 1 byte');
+    if (timeoutMs !== undefined && timeoutMs !== null) {
+      if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs)) {
+        throw new TypeError(`timeoutMs must be a number, not ${describe(timeoutMs)}`);
+      }
+      if (timeoutMs < 0) throw new RangeError(`timeoutMs must not be negative, not ${timeoutMs}`);
+    }
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw new TypeError(`signal must be an AbortSignal, not ${describe(signal)}`);
+    }
+    if (typeof block !== 'boolean') throw new TypeError(`block must be a boolean, not ${describe(block)}`);
+    const to = await this._address(dest);
+    if (signal?.aborted) throw new HomaError('the call was aborted', 'aborted');
+    const handle = new native.AbortHandle();
+    const onAbort = () => handle.abort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      return await native_(() => this._inner.call(to, buf, timeoutMs ?? null, block, handle));
+    } catch (e) {
+      throw translate(e);
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  async _address(dest) {
+    const known = this._names.get(dest);
+    if (known !== undefined) return known;
+    const [host, port] = splitAddress(dest);
+    if (net.isIP(host)) return net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
+    const ip = await resolve(host, this._family);
+    const to = this._family === 6 ? `[${ip}]:${port}` : `${ip}:${port}`;
+    if (this._names.size >= 1024) this._names.clear();
+    this._names.set(dest, to);
+    return to;
+  }
+
+  /** The next request; rejects with ESHUTDOWN once the socket is closed. */
+  async recvRequest() {
+    try {
+      return new Request(await native_(() => this._inner.recvRequest()));
+    } catch (e) {
+      throw translate(e);
+    }
+  }
+
+  /** Requests as they arrive: `for await (const req of sock.requests())`; ends at close. */
+  async *requests() {
+    for (;;) {
+      let req;
+      try {
+        req = await this.recvRequest();
+      } catch (e) {
+        if (e instanceof HomaError && e.kind === 'shutdown') return;
+        throw e;
+      }
+      yield req;
+    }
+  }
+
+  /**
+   * Serves until the socket is closed: `handler(req)` (may be async) runs for each request
+   * and what it returns is the reply. A handler that throws is logged and the server keeps
+   * serving; `onError(req, err)` may return a reply for such requests instead of the
+   * request being dropped (the client then waits until its timeout).
+   */
+  async serve(handler, { onError } = {}) {
+    if (typeof handler !== 'function') {
+      throw new TypeError(`serve needs a function of the request, not ${describe(handler)}`);
+    }
+    for await (const req of this.requests()) {
+      this._handle(req, handler, onError);
+    }
+  }
+
+  async _handle(req, handler, onError) {
+    try {
+      await req.reply(await handler(req));
+    } catch (e) {
+      if (e instanceof HomaError && e.kind === 'shutdown') return;
+      console.error(`homa: the handler failed for request ${req.id} from ${req.peer}:`, e);
+      let answer;
+      try {
+        answer = onError?.(req, e);
+      } catch (e2) {
+        console.error('homa: onError failed:', e2);
+      }
+      if (answer !== undefined) await req.reply(answer).catch(() => {});
+      else req.discard();
+    }
+  }
+
+  /** Counters: the endpoint's (`core`), the transport's, the driver's. */
+  metrics() {
+    return JSON.parse(native_(() => this._inner.metrics()));
+  }
+
+  /** Closes the socket: pending calls fail with ESHUTDOWN, `requests()` ends. Idempotent. */
+  close() {
+    clearInterval(this._warnings);
+    this._inner.close();
+  }
+
+  async [Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')]() {
+    this.close();
+  }
+}
+
+/** The packet fields codec: the conformance suite's field objects. */
+const wire = {
+  /** The fields of the packet in `data` (HomaError EPROTO for bytes that are not one). */
+  decode(data) {
+    return JSON.parse(native_(() => native.wireDecode(bytes(data, 'the packet'))));
+  },
+  /** The bytes of the packet `fields` names. */
+  encode(fields) {
+    if (typeof fields !== 'object' || fields === null) {
+      throw new TypeError(`the fields must be an object, not ${describe(fields)}`);
+    }
+    return native_(() => native.wireEncode(JSON.stringify(fields)));
+  },
+};
+
+/** The Config fields `open` takes: name, kind, bounds and what each does. */
+const configFields = JSON.parse(native.configFields());
+
+module.exports = { open, Socket, Request, HomaError, wire, configFields };

@@ -1,0 +1,217 @@
+'use strict';
+// The socket API over UDP loopback: sizes, concurrency, abort, timeouts, close, handlers
+// that throw, bad arguments. Nothing waits a fixed time: promises are the signals.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const dgram = require('node:dgram');
+const homa = require('..');
+
+const LOCAL = '127.0.0.1';
+// Not about Homa's own timeout: an unoptimised build on a busy 2-core machine can starve
+// for longer than its 100 ms default.
+const PATIENT = { timeout_ticks: 2000 };
+
+let nextPort = 20000 + (process.pid % 5000);
+function freePort() {
+  nextPort += 1;
+  return nextPort;
+}
+
+async function echoServer(options = {}) {
+  const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT, ...options });
+  const serving = server.serve((req) => req.message);
+  return { server, serving };
+}
+
+function pattern(size, seed) {
+  const b = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) b[i] = (i * 31 + seed) & 0xff;
+  return b;
+}
+
+test('messages of 1 B to 1,000,000 B arrive intact', async () => {
+  const { server, serving } = await echoServer();
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  for (const [i, size] of [1, 1423, 1424, 1425, 100_000, 1_000_000].entries()) {
+    const message = pattern(size, i);
+    const reply = await client.call(server.localAddr, message, { timeoutMs: 10_000 });
+    assert.ok(Buffer.isBuffer(reply));
+    assert.ok(reply.equals(message), `${size} bytes`);
+  }
+  // Uint8Array and ArrayBuffer too.
+  const u8 = new Uint8Array([1, 2, 3]);
+  assert.deepEqual([...(await client.call(server.localAddr, u8))], [1, 2, 3]);
+  assert.deepEqual([...(await client.call(server.localAddr, u8.buffer))], [1, 2, 3]);
+  client.close();
+  server.close();
+  await serving;
+});
+
+test('1,000 concurrent calls all complete', async () => {
+  const { server, serving } = await echoServer();
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  const calls = [];
+  for (let i = 0; i < 1000; i++) calls.push(client.call(server.localAddr, Buffer.from(`call ${i}`)));
+  const replies = await Promise.all(calls);
+  replies.forEach((r, i) => assert.equal(r.toString(), `call ${i}`));
+  assert.equal(client.metrics().pending_calls, 0);
+  client.close();
+  server.close();
+  await serving;
+});
+
+test('an AbortSignal aborts a call', async () => {
+  const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  const held = server.recvRequest(); // received, never answered
+  const controller = new AbortController();
+  const call = client.call(server.localAddr, Buffer.from('wait'), { signal: controller.signal });
+  await held;
+  controller.abort();
+  await assert.rejects(call, { name: 'HomaError', code: 'EABORTED', kind: 'aborted' });
+  await assert.rejects(
+    client.call(server.localAddr, Buffer.from('x'), { signal: AbortSignal.abort() }),
+    { code: 'EABORTED' },
+  );
+  assert.equal(client.metrics().pending_calls, 0);
+  client.close();
+  server.close();
+});
+
+test('timeouts: the caller\'s, and Homa\'s own for a silent peer', async () => {
+  const silent = dgram.createSocket('udp4');
+  await new Promise((resolve) => silent.bind(freePort(), LOCAL, resolve));
+  const dest = `${LOCAL}:${silent.address().port}`;
+  const client = await homa.open({ host: LOCAL });
+  await assert.rejects(client.call(dest, Buffer.from('hello?'), { timeoutMs: 50 }), {
+    code: 'ETIMEDOUT',
+    kind: 'timed_out',
+  });
+  await assert.rejects(client.call(dest, Buffer.from('hello?')), (e) => {
+    assert.equal(e.code, 'ETIMEDOUT');
+    assert.equal(e.kind, 'peer_silent');
+    assert.match(e.message, /went silent/);
+    return true;
+  });
+  client.close();
+  silent.close();
+});
+
+test('a closed port is refused at once', async () => {
+  const client = await homa.open({ host: LOCAL });
+  await assert.rejects(client.call(`${LOCAL}:${freePort()}`, Buffer.from('anyone?'), { timeoutMs: 5000 }), {
+    code: 'ECONNREFUSED',
+    kind: 'unreachable',
+  });
+  client.close();
+});
+
+test('close fails pending calls and ends requests()', async () => {
+  const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  const held = server.recvRequest();
+  const call = client.call(server.localAddr, Buffer.from('pending'));
+  await held;
+  client.close();
+  await assert.rejects(call, { code: 'ESHUTDOWN' });
+  assert.ok(client.closed);
+  await assert.rejects(client.call(server.localAddr, Buffer.from('x')), { code: 'ESHUTDOWN' });
+  const iterating = (async () => {
+    const seen = [];
+    for await (const req of server.requests()) seen.push(req);
+    return seen;
+  })();
+  server.close();
+  assert.deepEqual(await iterating, []);
+  client.close(); // idempotent
+});
+
+test('a handler that throws is logged and the server keeps serving', async (t) => {
+  const errors = [];
+  t.mock.method(console, 'error', (...args) => errors.push(args.join(' ')));
+  const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
+  const serving = server.serve(
+    async (req) => {
+      if (req.message.toString() === 'boom') throw new Error('model exploded');
+      return Buffer.concat([Buffer.from('ok: '), req.message]);
+    },
+    { onError: (req, e) => (req.message.toString() === 'boom' ? undefined : Buffer.from(e.message)) },
+  );
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  // Homa has no error responses: the request is dropped, the call runs to its timeout.
+  await assert.rejects(client.call(server.localAddr, Buffer.from('boom'), { timeoutMs: 300 }), {
+    kind: 'timed_out',
+  });
+  assert.equal((await client.call(server.localAddr, Buffer.from('next'))).toString(), 'ok: next');
+  assert.ok(errors.some((e) => e.includes('model exploded')), errors.join('\n'));
+  client.close();
+  server.close();
+  await serving;
+});
+
+test('more calls than the send buffer holds wait for room; block: false fails fast', async () => {
+  const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
+  const client = await homa.open({ host: LOCAL, wmem_max: 5_000_000, ...PATIENT });
+  const big = Buffer.alloc(1_000_000, 7);
+  const calls = [];
+  for (let i = 0; i < 5; i++) calls.push(client.call(server.localAddr, big));
+  const held = [];
+  for (let i = 0; i < 5; i++) held.push(await server.recvRequest());
+  await assert.rejects(client.call(server.localAddr, Buffer.from('one more'), { block: false }), {
+    code: 'ENOBUFS',
+    kind: 'tx_buffer_full',
+  });
+  const waiting = client.call(server.localAddr, Buffer.from('waits'));
+  for (const req of held) await req.reply(Buffer.from('done'));
+  (await server.recvRequest()).reply(Buffer.from('room'));
+  assert.equal((await waiting).toString(), 'room');
+  assert.deepEqual((await Promise.all(calls)).map(String), Array(5).fill('done'));
+  client.close();
+  server.close();
+});
+
+test('host names are resolved', async () => {
+  const port = freePort();
+  const { server, serving } = await echoServer({ port, host: 'localhost' });
+  assert.equal(server.localAddr, `127.0.0.1:${port}`);
+  const client = await homa.open({ host: 'localhost', ...PATIENT });
+  assert.equal((await client.call(`localhost:${port}`, Buffer.from('by name'))).toString(), 'by name');
+  await assert.rejects(client.call(`no-such-host.invalid:${port}`, Buffer.from('x')), /cannot resolve/);
+  client.close();
+  server.close();
+  await serving;
+});
+
+test('bad arguments throw TypeError or RangeError saying what was expected', async () => {
+  const client = await homa.open({ host: LOCAL });
+  const dest = `${LOCAL}:4000`;
+  await assert.rejects(client.call(dest, 'a string'), { name: 'TypeError', message: /Buffer, Uint8Array or ArrayBuffer/ });
+  await assert.rejects(client.call(dest, Buffer.alloc(0)), { name: 'RangeError', message: /empty/ });
+  await assert.rejects(client.call(1234, Buffer.from('x')), { name: 'TypeError', message: /"host:port"/ });
+  await assert.rejects(client.call('nowhere', Buffer.from('x')), { name: 'TypeError' });
+  await assert.rejects(client.call(`${LOCAL}:70000`, Buffer.from('x')), { name: 'RangeError' });
+  await assert.rejects(client.call(dest, Buffer.from('x'), { timeoutMs: 'soon' }), { name: 'TypeError' });
+  await assert.rejects(client.call(dest, Buffer.from('x'), { timeoutMs: -1 }), { name: 'RangeError' });
+  await assert.rejects(client.call(dest, Buffer.from('x'), { signal: 'stop' }), { name: 'TypeError' });
+  await assert.rejects(client.call(dest, Buffer.alloc(1_000_001)), { name: 'HomaError', code: 'EMSGSIZE', message: /max_message_length/ });
+  for (const port of [0, -1, 32768, 70000]) {
+    await assert.rejects(homa.open({ port, host: LOCAL }), { name: 'RangeError', message: /between 1 and 32767/ });
+  }
+  await assert.rejects(homa.open({ port: 1.5 }), { name: 'TypeError' });
+  await assert.rejects(homa.open({ transport: 'tcp' }), { name: 'RangeError', message: /udp, ip, uring, uring-ip/ });
+  await assert.rejects(homa.open({ mtu: 'big' }), { name: 'TypeError', message: /option mtu/ });
+  await assert.rejects(homa.open({ mtu: 10 }), { name: 'HomaError', kind: 'config' });
+  await assert.rejects(homa.open({ no_such_option: 1 }), { name: 'HomaError', message: /unknown option/ });
+  await assert.rejects(client.serve('not a function'), { name: 'TypeError' });
+  client.close();
+});
+
+test('the wire codec decodes and encodes packets', () => {
+  const packet = Buffer.from('13889c400000000000000017500600008c4ab97d00000000000003e9', 'hex');
+  const fields = homa.wire.decode(packet);
+  assert.equal(fields.type, 'NEED_ACK');
+  assert.ok(homa.wire.encode(fields).equals(packet));
+  assert.throws(() => homa.wire.decode(Buffer.from('00', 'hex')), { name: 'HomaError', code: 'EPROTO', kind: 'truncated' });
+  assert.ok(homa.configFields.some((f) => f.name === 'max_message_length'));
+});
