@@ -79,21 +79,8 @@ pub(in crate::transport) fn recv_batch(
             break got as usize;
         }
         s.touched = 1;
-        let err = io::Error::last_os_error();
-        match err.raw_os_error().unwrap_or(0) {
-            libc::EINTR if mode.block => return Ok(()),
-            libc::EINTR => continue,
-            // Nothing to read. (The error queue needs no look here: every ICMP error also
-            // fails one send or receive, and that drains it.)
-            libc::EAGAIN => return Ok(()),
-            // A pending ICMP error, reported once: details are in the error queue.
-            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
-                if mode.block {
-                    return Ok(());
-                }
-                continue;
-            }
-            _ => return Err(err),
+        if !retry(io::Error::last_os_error(), fd, mode, r)? {
+            return Ok(());
         }
     };
     if got > 0 {
@@ -133,6 +120,22 @@ pub(in crate::transport) fn recv_batch(
     Ok(())
 }
 
+/// After a receive failed with `err`: whether to try again (`false`: return with nothing
+/// received; a blocking receive returns so that its caller looks at what woke it).
+fn retry(err: io::Error, fd: RawFd, mode: RecvMode, r: &mut Reports<'_>) -> io::Result<bool> {
+    match err.raw_os_error().unwrap_or(0) {
+        libc::EINTR => Ok(!mode.block),
+        // Nothing to read. (The error queue needs no look here: every ICMP error also fails
+        // one send or receive, and that drains it.)
+        libc::EAGAIN => Ok(false),
+        // A pending ICMP error, reported once: details are in the error queue.
+        errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
+            Ok(!mode.block)
+        }
+        _ => Err(err),
+    }
+}
+
 /// Receives one datagram into the next slot of `batch` with `recvfrom` (no control data
 /// wanted: it spares the kernel copying in and checking a msghdr and an iovec, which is
 /// measurable per packet). As [`recv_batch`] otherwise.
@@ -157,17 +160,8 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
         if n >= 0 {
             break n as usize;
         }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error().unwrap_or(0) {
-            libc::EINTR if mode.block => return Ok(()),
-            libc::EINTR => continue,
-            libc::EAGAIN => return Ok(()),
-            errno if may_be_pending(errno) && (drain_errors(fd, r) || is_unreachable(errno)) => {
-                if mode.block {
-                    return Ok(());
-                }
-            }
-            _ => return Err(err),
+        if !retry(io::Error::last_os_error(), fd, mode, r)? {
+            return Ok(());
         }
     };
     r.stats.rx_calls += 1;
