@@ -287,7 +287,10 @@ impl Shared {
 
     /// Warnings logged since the last call (see `Socket::take_warnings`).
     pub(crate) fn take_warnings(&self) -> Vec<String> {
-        if !self.warnings_pending.swap(false, Ordering::Acquire) {
+        // A load first: this runs on every event-loop turn, and a swap would write the line.
+        if !self.warnings_pending.load(Ordering::Relaxed)
+            || !self.warnings_pending.swap(false, Ordering::Acquire)
+        {
             return Vec::new();
         }
         std::mem::take(&mut self.lock().warnings)
