@@ -40,14 +40,15 @@ class HomaError extends Error {
     super(message);
     this.name = 'HomaError';
     this.kind = kind;
-    this.code = CODES[kind] ?? (kind in WIRE_KINDS ? 'EPROTO' : 'EINVAL');
+    this.code = CODES[kind] ?? (WIRE_KINDS.has(kind) ? 'EPROTO' : 'EINVAL');
   }
 }
 
-const WIRE_KINDS = {
-  truncated: 1, unknown_type: 1, too_many_acks: 1, bad_message_length: 1,
-  past_message_end: 1, bad_priority: 1, invalid_fields: 1,
-};
+/** The kinds of bytes that are not a Homa packet (the conformance suite's error classes). */
+const WIRE_KINDS = new Set([
+  'truncated', 'unknown_type', 'too_many_acks', 'bad_message_length',
+  'past_message_end', 'bad_priority', 'invalid_fields',
+]);
 
 /** A native error as a HomaError (anything else unchanged). */
 function translate(e) {
@@ -204,10 +205,14 @@ class Socket {
     }
     if (typeof block !== 'boolean') throw new TypeError(`block must be a boolean, not ${describe(block)}`);
     const to = await this._address(dest);
-    if (signal?.aborted) throw new HomaError('the call was aborted', 'aborted');
-    const handle = new native.AbortHandle();
+    // A native abort handle only for calls that can be aborted.
+    let handle = null;
     const onAbort = () => handle.abort();
-    signal?.addEventListener('abort', onAbort, { once: true });
+    if (signal !== undefined) {
+      if (signal.aborted) throw new HomaError('the call was aborted', 'aborted');
+      handle = new native.AbortHandle();
+      signal.addEventListener('abort', onAbort, { once: true });
+    }
     try {
       return await native_(() => this._inner.call(to, buf, timeoutMs ?? null, block, handle));
     } catch (e) {
@@ -217,13 +222,13 @@ class Socket {
     }
   }
 
+  /** `dest` as the native side takes it ("ip:port"), remembered: calls repeat addresses. */
   async _address(dest) {
     const known = this._names.get(dest);
     if (known !== undefined) return known;
     const [host, port] = splitAddress(dest);
-    if (net.isIP(host)) return net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
-    const ip = await resolve(host, this._family);
-    const to = this._family === 6 ? `[${ip}]:${port}` : `${ip}:${port}`;
+    const ip = net.isIP(host) ? host : await resolve(host, this._family);
+    const to = net.isIPv6(ip) ? `[${ip}]:${port}` : `${ip}:${port}`;
     if (this._names.size >= 1024) this._names.clear();
     this._names.set(dest, to);
     return to;

@@ -113,7 +113,7 @@ impl NativeSocket {
     }
 
     /// Sends `message` (copied once) to `dest` (`"ip:port"`) and resolves to the response,
-    /// a Buffer over the received bytes. `abort` cancels the call.
+    /// a Buffer over the received bytes. `abort`, if given, cancels the call.
     #[napi]
     pub fn call<'env>(
         &self,
@@ -122,7 +122,7 @@ impl NativeSocket {
         message: Buffer,
         timeout_ms: Option<f64>,
         block: bool,
-        abort: &AbortHandle,
+        abort: Option<&AbortHandle>,
     ) -> Result<PromiseRaw<'env, Buffer>> {
         let sock = self.socket()?;
         let dest: SocketAddr = dest
@@ -135,7 +135,7 @@ impl NativeSocket {
             false => sock.try_call_async(dest, payload, timeout),
         }
         .map_err(io_error)?;
-        let call = Abortable { inner: call, flag: Arc::clone(&abort.flag) };
+        let call = Abortable { inner: call, flag: abort.map(|a| Arc::clone(&a.flag)) };
         env.spawn_future(async move {
             let response = call.await?;
             Ok(Buffer::from(response))
@@ -162,7 +162,7 @@ impl NativeSocket {
     #[napi]
     pub fn metrics(&self) -> Result<String> {
         let sock = self.socket()?;
-        Ok(convert::map_to_json(&sock.metrics().to_value()).to_string())
+        Ok(serde_json::Value::from(sock.metrics().to_value()).to_string())
     }
 
     /// Warnings homa-io logged since the last call (e.g. a peer sending too long
@@ -259,20 +259,22 @@ struct Flag {
     waker: Mutex<Option<Waker>>,
 }
 
-/// A call that ends with `aborted` once its [`Flag`] is set (dropping the `Call` aborts the
-/// RPC).
+/// A call that ends with `aborted` once its [`Flag`], if it has one, is set (dropping the
+/// `Call` aborts the RPC).
 struct Abortable {
     inner: homa_io::Call,
-    flag: Arc<Flag>,
+    flag: Option<Arc<Flag>>,
 }
 
 impl Future for Abortable {
     type Output = Result<Vec<u8>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        *lock(&self.flag.waker) = Some(cx.waker().clone());
-        if self.flag.aborted.load(Ordering::Acquire) {
-            return Poll::Ready(Err(failure("aborted", "the call was aborted")));
+        if let Some(flag) = &self.flag {
+            *lock(&flag.waker) = Some(cx.waker().clone());
+            if flag.aborted.load(Ordering::Acquire) {
+                return Poll::Ready(Err(failure("aborted", "the call was aborted")));
+            }
         }
         Pin::new(&mut self.inner).poll(cx).map(|r| r.map_err(io_error))
     }
@@ -282,7 +284,7 @@ impl Future for Abortable {
 #[napi]
 pub fn wire_decode(packet: Buffer) -> Result<String> {
     let fields = homa_core::wire::fields::decode(&packet).map_err(|e| failure(e.class(), e))?;
-    Ok(convert::map_to_json(&fields).to_string())
+    Ok(serde_json::Value::from(fields).to_string())
 }
 
 /// The packet fields codec (`homa.wire.encode`): the bytes of the packet that JSON names.
