@@ -133,33 +133,45 @@ pub(crate) fn addr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<SocketAddr> {
     }
 }
 
-/// Resolves `dest` with the system resolver (blocking, without the GIL), to an address of
-/// the socket's family (`v6`): what `socket.getaddrinfo` would give first.
+/// The addresses `host` resolves to, by the system resolver (blocking, without the GIL).
+fn lookup(py: Python<'_>, host: &str, port: u16) -> PyResult<Vec<SocketAddr>> {
+    let found = py.detach(|| std::net::ToSocketAddrs::to_socket_addrs(&(host, port)));
+    let found = found.map_err(|e| {
+        errors::new(py, "InvalidArgumentError", None, format!("cannot resolve {host:?}: {e}"))
+    })?;
+    Ok(found.collect())
+}
+
+/// `dest` as an address of the socket's family (`v6`), a name resolved to the first such
+/// address `socket.getaddrinfo` would give.
 pub(crate) fn resolve(py: Python<'_>, dest: Dest, v6: bool) -> PyResult<SocketAddr> {
     let (host, port) = match dest {
         Dest::Addr(a) => return Ok(a),
         Dest::Name(host, port) => (host, port),
     };
-    let found = py.detach(|| std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port)));
-    let found = found.map_err(|e| {
-        errors::new(
-            py,
-            "InvalidArgumentError",
-            Some("host_name"),
-            format!("cannot resolve {host:?}: {e}"),
-        )
-    })?;
-    let mut found = found.peekable();
-    let any = found.peek().copied();
-    found.find(|a| a.is_ipv6() == v6).ok_or_else(|| {
+    let found = lookup(py, &host, port)?;
+    found.iter().copied().find(|a| a.is_ipv6() == v6).ok_or_else(|| {
         let family = if v6 { "IPv6" } else { "IPv4" };
-        let got = any.map_or("nothing".into(), |a| a.ip().to_string());
+        let got = found.first().map_or("nothing".into(), |a| a.ip().to_string());
         errors::new(
             py,
             "InvalidArgumentError",
             Some("address_family"),
             format!("{host:?} has no {family} address (it resolves to {got}), the socket's family"),
         )
+    })
+}
+
+/// The address to bind for `host`: an IP address, or a name's first IPv4 address, else its
+/// first address (`"localhost"` is 127.0.0.1).
+pub(crate) fn bind_ip(py: Python<'_>, host: &str) -> PyResult<IpAddr> {
+    if let Ok(ip) = host.parse() {
+        return Ok(ip);
+    }
+    let found = lookup(py, host, 0)?;
+    let first = found.iter().find(|a| a.is_ipv4()).or(found.first());
+    first.map(|a| a.ip()).ok_or_else(|| {
+        errors::new(py, "InvalidArgumentError", None, format!("host {host:?} has no address"))
     })
 }
 

@@ -91,24 +91,6 @@ impl Socket {
     }
 }
 
-/// The address to bind for `host`: an IP address, or a name resolved by the system
-/// resolver (its first IPv4 address, else its first address: `"localhost"` is 127.0.0.1).
-fn bind_ip(py: Python<'_>, host: &str) -> PyResult<std::net::IpAddr> {
-    if let Ok(ip) = host.parse() {
-        return Ok(ip);
-    }
-    let found = py.detach(|| std::net::ToSocketAddrs::to_socket_addrs(&(host, 0)));
-    let found: Vec<_> = found
-        .map_err(|e| PyValueError::new_err(format!("host {host:?} cannot be resolved: {e}")))?
-        .collect();
-    found
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(found.first())
-        .map(|a| a.ip())
-        .ok_or_else(|| PyValueError::new_err(format!("host {host:?} has no address")))
-}
-
 /// Logs homa-io's warnings to the ``"homa"`` logger (homa's own threads never take the
 /// GIL: they are logged by whichever Python thread next uses the socket).
 fn log_warnings(py: Python<'_>, warnings: Vec<String>) {
@@ -140,7 +122,7 @@ impl Socket {
         allow: Option<Vec<String>>,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let ip = bind_ip(py, host)?;
+        let ip = convert::bind_ip(py, host)?;
         let kind: TransportKind =
             transport.parse().map_err(|e| PyValueError::new_err(format!("{e}")))?;
         let mut c = homa_io::Config::default();

@@ -3,9 +3,11 @@ then the server stopped with SIGINT (it must exit cleanly)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,26 +16,20 @@ from conftest import free_port
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def test_inference_server_and_client() -> None:
+@contextlib.contextmanager
+def example_server(script: str, *args: str) -> Iterator[str]:
+    """Runs example `script` as a server on a free port and yields its address; at the end
+    stops it with SIGINT, as a user would, and checks that it exits cleanly."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "inference_server.py"), "--port", str(port)],
+        [sys.executable, str(EXAMPLES / script), *args, "--port", str(port)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == f"listening on 127.0.0.1:{port}"
-        client = subprocess.run(
-            [sys.executable, str(EXAMPLES / "inference_client.py"), "--server", f"127.0.0.1:{port}",
-             "--requests", "200", "--batch", "16", "--clients", "4"],  # fmt: skip
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert client.returncode == 0, client.stdout + client.stderr
-        assert "0 wrong" in client.stdout and client.stdout.strip().endswith("ok")
-        assert "latency p50" in client.stdout, client.stdout
+        yield f"127.0.0.1:{port}"
         server.send_signal(signal.SIGINT)
         out, _ = server.communicate(timeout=30)
         assert server.returncode == 0 and out.strip() == "stopped"
@@ -41,33 +37,32 @@ def test_inference_server_and_client() -> None:
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def run_example(script: str, *args: str) -> str:
+    """Runs example `script` to the end; returns its output, failing if it did."""
+    client = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert client.returncode == 0, client.stdout + client.stderr
+    return client.stdout
+
+
+def test_inference_server_and_client() -> None:
+    with example_server("inference_server.py") as addr:
+        args = ["--server", addr, "--requests", "200", "--batch", "16", "--clients", "4"]
+        out = run_example("inference_client.py", *args)
+        assert "0 wrong" in out and out.strip().endswith("ok")
+        assert "latency p50" in out, out
 
 
 def test_a_16_mib_tensor_between_two_processes() -> None:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "big_tensor.py"), "--serve", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == f"listening on 127.0.0.1:{port}"
-        client = subprocess.run(
-            [sys.executable, str(EXAMPLES / "big_tensor.py"), "--server", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert client.returncode == 0, client.stdout + client.stderr
-        assert client.stdout.startswith("16,777,") and client.stdout.strip().endswith("ok")
-        server.send_signal(signal.SIGINT)
-        out, _ = server.communicate(timeout=30)
-        assert server.returncode == 0 and out.strip() == "stopped"
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+    with example_server("big_tensor.py", "--serve") as addr:
+        out = run_example("big_tensor.py", "--server", addr)
+        assert out.startswith("16,777,216 bytes") and out.strip().endswith("ok")
 
 
 @pytest.mark.parametrize(
