@@ -48,7 +48,7 @@ export class Request {
   readonly peer: string;
   /** The RPC's id. */
   readonly id: number;
-  /** Sends the response; resolves at once. */
+  /** Sends the response; resolves at once. Its bytes are read in place until the client has them. */
   reply(data: Bytes): Promise<void>;
   /** Drops the request unanswered. */
   discard(): void;
@@ -60,7 +60,7 @@ export class Socket {
   readonly port: number;
   readonly transport: Transport;
   readonly closed: boolean;
-  /** Sends `data` to `dest` ("host:port") and resolves to the response. */
+  /** Sends `data` to `dest` ("host:port"), read in place until the call settles, and resolves to the response. */
   call(dest: string, data: Bytes, options?: CallOptions): Promise<Buffer>;
   /** The next request. */
   recvRequest(): Promise<Request>;

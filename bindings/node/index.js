@@ -1,6 +1,6 @@
 'use strict';
 // homa for Node: Promise-based sockets over homa-io (the native module built from this
-// package's Rust crate) and the packet fields codec. The native half takes checked values
+// package's Rust crate), run on Node's own event loop, and the packet fields codec. The native half takes checked values
 // and reports errors as `kind` + '\x1f' + message; this file gives them their JavaScript
 // shape: argument checks (TypeError, RangeError), HomaError with Node-style codes, async
 // iteration, AbortSignal, host names.
@@ -147,7 +147,8 @@ class Request {
     this.id = inner.id;
   }
 
-  /** Sends the response (copied once); resolves at once. */
+  /** Sends the response; resolves at once. The bytes are read in place, not copied, until
+   * the client has them: do not modify them after replying. */
   async reply(data) {
     const buf = bytes(data, 'the response');
     native_(() => this._inner.reply(buf));
@@ -165,6 +166,7 @@ class Socket {
     this._inner = inner;
     this._family = inner.localAddr.startsWith('[') ? 6 : 4;
     this._names = new Map();
+    this._next = 0;
     // homa-io's warnings (e.g. a peer sending longer messages than allowed), said once.
     this._warnings = setInterval(() => this._warn(), 1000);
     this._warnings.unref();
@@ -184,8 +186,9 @@ class Socket {
   }
 
   /**
-   * Sends `data` (Buffer, Uint8Array or ArrayBuffer; copied once) to the server at `dest`
-   * ("host:port") and resolves to its response, a Buffer. `timeoutMs` bounds the call
+   * Sends `data` (Buffer, Uint8Array or ArrayBuffer) to the server at `dest` ("host:port")
+   * and resolves to its response, a Buffer. The bytes are read in place, not copied: do
+   * not modify them until the call settles. `timeoutMs` bounds the call
    * (HomaError ETIMEDOUT, kind 'timed_out'); a server silent for Homa's own timeout fails
    * it sooner (kind 'peer_silent'). `signal` (an AbortSignal) aborts it (EABORTED). While
    * the send buffer is full the call waits for room; `block: false` fails at once instead
@@ -205,21 +208,23 @@ class Socket {
     }
     if (typeof block !== 'boolean') throw new TypeError(`block must be a boolean, not ${describe(block)}`);
     const to = await this._address(dest);
-    // A native abort handle only for calls that can be aborted.
-    let handle = null;
-    const onAbort = () => handle.abort();
-    if (signal !== undefined) {
-      if (signal.aborted) throw new HomaError('the call was aborted', 'aborted');
-      handle = new native.AbortHandle();
-      signal.addEventListener('abort', onAbort, { once: true });
-    }
+    if (signal?.aborted) throw new HomaError('the call was aborted', 'aborted');
+    const token = this._token();
+    const onAbort = () => this._inner.cancel(token);
+    signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      return await native_(() => this._inner.call(to, buf, timeoutMs ?? null, block, handle));
+      return await native_(() => this._inner.call(token, to, buf, timeoutMs ?? null, block));
     } catch (e) {
       throw translate(e);
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** A name for the next native operation, unique among the pending ones. */
+  _token() {
+    this._next = (this._next + 1) >>> 0;
+    return this._next;
   }
 
   /** `dest` as the native side takes it ("ip:port"), remembered: calls repeat addresses. */
@@ -237,7 +242,7 @@ class Socket {
   /** The next request; rejects with ESHUTDOWN once the socket is closed. */
   async recvRequest() {
     try {
-      return new Request(await native_(() => this._inner.recvRequest()));
+      return new Request(await native_(() => this._inner.recvRequest(this._token())));
     } catch (e) {
       throw translate(e);
     }

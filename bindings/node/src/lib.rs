@@ -1,26 +1,26 @@
-//! The native half of the `homa` npm package: homa-io's [`Socket`](homa_io::Socket) and the
-//! core's packet fields codec, for `index.js`, which gives them their JavaScript shape
-//! (Promises, async iterators, `HomaError`, argument checks in JavaScript terms).
+//! The native half of the `homa` npm package: homa-io's [`Socket`](homa_io::Socket) run on
+//! Node's event loop ([`reactor`]), and the core's packet fields codec, for `index.js`,
+//! which gives them their JavaScript shape (Promises, async iterators, `HomaError`,
+//! argument checks in JavaScript terms).
 //!
-//! Completions reach JavaScript without polling: each call or receive is a future on
-//! napi-rs's runtime thread, woken by homa-io's driver when its RPC ends, and its promise is
-//! settled on the JavaScript thread through a thread-safe function. Errors cross as
-//! `Error`s whose message is `kind`, the unit separator (`\x1f`), then the text;
-//! `index.js` turns them into `HomaError`s.
+//! Errors cross as `Error`s whose message is `kind`, the unit separator (`\x1f`), then the
+//! text; `index.js` turns them into `HomaError`s. Messages cross without copies: a sent
+//! Buffer is kept referenced and read in place until Homa is done with it, and a received
+//! message becomes a Buffer over homa-io's bytes.
 
 mod convert;
+mod reactor;
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Buffer, PromiseRaw};
+use homa_core::Payload;
+use napi::bindgen_prelude::{Buffer, PromiseRaw, Unknown};
 use napi::{Env, Error, Result, Status};
 use napi_derive::napi;
+
+use reactor::Reactor;
 
 /// Separates an error's kind from its message (see the crate docs).
 const SEP: char = '\u{1f}';
@@ -39,20 +39,20 @@ fn io_error(e: homa_io::Error) -> Error {
     failure(e.name(), &e)
 }
 
-/// A Homa socket (homa-io), opened by [`NativeSocket::open`].
+/// A JavaScript Buffer as message bytes, read in place: the Buffer stays referenced until
+/// homa drops the payload (napi-rs releases the reference on the JavaScript thread).
+fn payload(message: Buffer) -> Payload {
+    Payload::shared(Arc::new(message))
+}
+
+/// A Homa socket (homa-io) run on this thread's event loop, opened by
+/// [`NativeSocket::open`].
 #[napi]
-#[derive(Debug)]
 pub struct NativeSocket {
-    inner: Mutex<Option<Arc<homa_io::Socket>>>,
+    reactor: reactor::Shared,
     local: SocketAddr,
     port: u16,
     transport: &'static str,
-}
-
-impl NativeSocket {
-    fn socket(&self) -> Result<Arc<homa_io::Socket>> {
-        lock(&self.inner).clone().ok_or_else(|| failure("shutdown", "the socket is closed"))
-    }
 }
 
 #[napi]
@@ -61,6 +61,7 @@ impl NativeSocket {
     /// JSON object of `Config` fields by name.
     #[napi(factory)]
     pub fn open(
+        env: &Env,
         port: Option<u32>,
         host: String,
         transport: String,
@@ -84,7 +85,7 @@ impl NativeSocket {
             local: inner.local_addr(),
             port: inner.port(),
             transport: inner.transport().name(),
-            inner: Mutex::new(Some(Arc::new(inner))),
+            reactor: Reactor::start(env.raw(), inner)?,
         })
     }
 
@@ -109,75 +110,92 @@ impl NativeSocket {
     /// Whether `close` was called.
     #[napi(getter)]
     pub fn closed(&self) -> bool {
-        lock(&self.inner).is_none()
+        self.reactor.borrow().is_closed()
     }
 
-    /// Sends `message` (copied once) to `dest` (`"ip:port"`) and resolves to the response,
-    /// a Buffer over the received bytes. `abort`, if given, cancels the call.
+    /// Sends `message` (read in place, not copied) to `dest` (`"ip:port"`) and resolves to
+    /// the response, a Buffer over the received bytes. `token` (unique among this socket's
+    /// pending operations) lets [`cancel`](NativeSocket::cancel) abort it.
     #[napi]
     pub fn call<'env>(
         &self,
         env: &'env Env,
+        token: u32,
         dest: String,
         message: Buffer,
         timeout_ms: Option<f64>,
         block: bool,
-        abort: Option<&AbortHandle>,
     ) -> Result<PromiseRaw<'env, Buffer>> {
-        let sock = self.socket()?;
         let dest: SocketAddr = dest
             .parse()
             .map_err(|_| failure("invalid_argument", format!("{dest:?} is not ip:port")))?;
         let timeout = timeout_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
-        let payload = message.to_vec();
-        let call = match block {
-            true => sock.call_async(dest, payload, timeout),
-            false => sock.try_call_async(dest, payload, timeout),
-        }
-        .map_err(io_error)?;
-        let call = Abortable { inner: call, flag: abort.map(|a| Arc::clone(&a.flag)) };
-        env.spawn_future(async move {
-            let response = call.await?;
-            Ok(Buffer::from(response))
-        })
+        let mut r = self.reactor.borrow_mut();
+        let call = {
+            let sock = r.socket()?;
+            match block {
+                true => sock.call_async(dest, payload(message), timeout),
+                false => sock.try_call_async(dest, payload(message), timeout),
+            }
+            .map_err(io_error)?
+        };
+        Ok(PromiseRaw::new(env.raw(), r.call(token, call)?))
     }
 
-    /// Resolves to the next request (an error of kind `shutdown` once closed).
+    /// Resolves to the next request (an error of kind `shutdown` once closed). `token` as
+    /// for [`call`](NativeSocket::call).
     #[napi]
-    pub fn recv_request<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, NativeRequest>> {
-        let sock = self.socket()?;
-        env.spawn_future(async move {
-            let mut r = sock.recv_request_async().await.map_err(io_error)?;
-            let message = r.take_message();
-            Ok(NativeRequest {
-                peer: r.peer().to_string(),
-                id: r.id() as f64,
-                message: Mutex::new(Some(message)),
-                inner: Mutex::new(Some(r)),
-            })
-        })
+    pub fn recv_request<'env>(
+        &self,
+        env: &'env Env,
+        token: u32,
+    ) -> Result<PromiseRaw<'env, NativeRequest>> {
+        Ok(PromiseRaw::new(env.raw(), self.reactor.borrow_mut().recv(token)?))
+    }
+
+    /// Aborts pending operation `token`: its promise rejects with kind `aborted` and a
+    /// call's RPC is forgotten. Returns whether it was pending.
+    #[napi]
+    pub fn cancel(&self, token: u32) -> bool {
+        self.reactor.borrow_mut().cancel(token)
     }
 
     /// Counters, as JSON (homa-io's `Metrics`).
     #[napi]
     pub fn metrics(&self) -> Result<String> {
-        let sock = self.socket()?;
-        Ok(serde_json::Value::from(sock.metrics().to_value()).to_string())
+        let r = self.reactor.borrow();
+        Ok(serde_json::Value::from(r.socket()?.metrics().to_value()).to_string())
     }
 
     /// Warnings homa-io logged since the last call (e.g. a peer sending too long
     /// messages), for `index.js` to print once.
     #[napi]
     pub fn take_warnings(&self) -> Vec<String> {
-        lock(&self.inner).as_ref().map(|s| s.take_warnings()).unwrap_or_default()
+        self.reactor.borrow().take_warnings()
     }
 
-    /// Closes the socket: pending calls fail (`shutdown`), receives end. Idempotent.
+    /// Closes the socket: pending calls and receives reject (`shutdown`). Idempotent.
     #[napi]
     pub fn close(&self) {
-        if let Some(sock) = lock(&self.inner).take() {
-            sock.shutdown();
+        self.reactor.borrow_mut().close(true);
+        reactor::forget_hook(&self.reactor);
+    }
+}
+
+impl std::fmt::Debug for NativeSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeSocket").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+impl Drop for NativeSocket {
+    /// Collected unclosed: nothing was pending (pending promises keep their socket alive
+    /// through `index.js`), so there is nobody to tell.
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.reactor.try_borrow_mut() {
+            r.close(false);
         }
+        reactor::forget_hook(&self.reactor);
     }
 }
 
@@ -192,12 +210,27 @@ pub struct NativeRequest {
     id: f64,
 }
 
+impl NativeRequest {
+    fn new(mut r: homa_io::Request) -> NativeRequest {
+        NativeRequest {
+            peer: r.peer().to_string(),
+            id: r.id() as f64,
+            message: Mutex::new(Some(r.take_message())),
+            inner: Mutex::new(Some(r)),
+        }
+    }
+}
+
 #[napi]
 impl NativeRequest {
-    /// The request's message, a Buffer over the received bytes (once; `index.js` keeps it).
+    /// The request's message as a Buffer (once; `index.js` keeps it): over the received
+    /// bytes, or for short messages a copy (see [`reactor::buffer`]).
     #[napi]
-    pub fn take_message(&self) -> Buffer {
-        Buffer::from(lock(&self.message).take().unwrap_or_default())
+    pub fn take_message<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
+        let message = lock(&self.message).take().unwrap_or_default();
+        let value = reactor::buffer(env.raw(), message)?;
+        // SAFETY: a value just created in this environment.
+        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
     }
 
     /// The client's address, `"ip:port"`.
@@ -212,71 +245,19 @@ impl NativeRequest {
         self.id
     }
 
-    /// Sends the response (copied once). A second reply is an error.
+    /// Sends the response (read in place until the client has it). A second reply is an
+    /// error.
     #[napi]
     pub fn reply(&self, message: Buffer) -> Result<()> {
         let r = lock(&self.inner).take();
         let r = r.ok_or_else(|| failure("not_awaiting_response", "already answered"))?;
-        r.reply(message.to_vec()).map_err(io_error)
+        r.reply(payload(message)).map_err(io_error)
     }
 
     /// Drops the request unanswered (the client's Homa will ask again).
     #[napi]
     pub fn discard(&self) {
         lock(&self.inner).take();
-    }
-}
-
-/// Cancels one call: `index.js` makes one per call that has an `AbortSignal`.
-#[napi]
-#[derive(Debug, Default)]
-pub struct AbortHandle {
-    flag: Arc<Flag>,
-}
-
-#[napi]
-impl AbortHandle {
-    /// A handle nobody has aborted yet.
-    #[napi(constructor)]
-    pub fn new() -> AbortHandle {
-        AbortHandle::default()
-    }
-
-    /// Aborts the call: it fails with kind `aborted` and its RPC is forgotten.
-    #[napi]
-    pub fn abort(&self) {
-        self.flag.aborted.store(true, Ordering::Release);
-        if let Some(w) = lock(&self.flag.waker).take() {
-            w.wake();
-        }
-    }
-}
-
-/// Whether a call was aborted, and the waker of the future watching it.
-#[derive(Debug, Default)]
-struct Flag {
-    aborted: AtomicBool,
-    waker: Mutex<Option<Waker>>,
-}
-
-/// A call that ends with `aborted` once its [`Flag`], if it has one, is set (dropping the
-/// `Call` aborts the RPC).
-struct Abortable {
-    inner: homa_io::Call,
-    flag: Option<Arc<Flag>>,
-}
-
-impl Future for Abortable {
-    type Output = Result<Vec<u8>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(flag) = &self.flag {
-            *lock(&flag.waker) = Some(cx.waker().clone());
-            if flag.aborted.load(Ordering::Acquire) {
-                return Poll::Ready(Err(failure("aborted", "the call was aborted")));
-            }
-        }
-        Pin::new(&mut self.inner).poll(cx).map(|r| r.map_err(io_error))
     }
 }
 
