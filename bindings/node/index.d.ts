@@ -46,8 +46,8 @@ export class Request {
   readonly message: Buffer;
   /** The client's address, "ip:port". */
   readonly peer: string;
-  /** The RPC's id. */
-  readonly id: number;
+  /** The RPC's id (a u64). */
+  readonly id: bigint;
   /** Sends the response; resolves at once. Its bytes are read in place until the client has them. */
   reply(data: Bytes): Promise<void>;
   /** Drops the request unanswered. */
@@ -78,7 +78,73 @@ export class Socket {
 /** Opens a socket. */
 export function open(options?: OpenOptions): Promise<Socket>;
 
-/** The packet fields codec (the conformance suite's field objects). */
+/** A time in nanoseconds, an id or a cookie: u64 values, given as a bigint or a Number. */
+export type U64 = bigint | number;
+
+/** The handle of a received request, for `sendResponse` and `discard`. */
+export interface ServerRpc {
+  /** The client's address, "ip:port". */
+  client: string;
+  /** The server's id for the RPC (odd). */
+  id: U64;
+}
+
+/** A packet to send: `data` to `to` ("ip:port") at priority level `priority` (0-7). */
+export interface Transmit {
+  to: string;
+  priority: number;
+  data: Buffer;
+}
+
+/** What `pollEvent` returns. */
+export type EndpointEvent =
+  | { type: 'request_received'; rpc: { client: string; id: bigint }; client: string; id: bigint;
+      port: number; clientPort: number; message: Buffer }
+  | { type: 'response_received'; id: bigint; cookie: bigint; message: Buffer }
+  | { type: 'rpc_failed'; id: bigint; cookie: bigint; reason: 'timeout' | 'unreachable' | 'port_closed' };
+
+/**
+ * One host's Homa stack as a state machine (homa-core's Endpoint): no clock, no sockets.
+ * Feed it packets and time, call the API, then drain `pollTransmit` and `pollEvent` until
+ * null and sleep until `pollTimeout`. Times are nanoseconds from any origin.
+ */
+export class Endpoint {
+  /** Config fields by the module's tunable names (`mtu`, `unsched_bytes`, ...). */
+  constructor(config?: Record<string, number | number[]>);
+  /** The configuration in force. */
+  readonly config: Record<string, number | number[]>;
+  /** Binds server port `port` (1-32767). */
+  bind(port: number): void;
+  /** Takes a free ephemeral port (32768-65535) and returns it. */
+  bindEphemeral(): number;
+  /** Releases a port: its pending client RPCs fail ('port_closed'). */
+  unbind(port: number): void;
+  /** Starts an RPC from `port` to Homa port `destPort` at `dest`; returns its id. */
+  sendRequest(now: U64, port: number, dest: string, destPort: number, message: Bytes, cookie?: U64): bigint;
+  /** Sends the response to a received request. */
+  sendResponse(now: U64, rpc: ServerRpc, message: Bytes): void;
+  /** Abandons client RPC `id` without an event. */
+  abort(id: U64): void;
+  /** Forgets a received request without answering it. */
+  discard(rpc: ServerRpc): void;
+  /** The transport found `peer` (or only its Homa port `port`) unreachable. */
+  handleUnreachable(peer: string, port?: number): void;
+  /** Handles one received packet from `source` (HomaError of a wire kind if malformed). */
+  handlePacket(now: U64, source: string, data: Bytes): void;
+  /** Runs the timer work due at `now`. */
+  handleTimeout(now: U64): void;
+  /** The next packet to send, or null. */
+  pollTransmit(now: U64): Transmit | null;
+  /** The next event, or null. */
+  pollEvent(): EndpointEvent | null;
+  /** When `handleTimeout` must next run, or null if nothing is pending. */
+  pollTimeout(): bigint | null;
+  /** The counters (the conformance suite's names). */
+  metrics(): Record<string, any>;
+}
+
+/** The packet fields codec (the conformance suite's field objects; 64-bit fields beyond
+ * Number.MAX_SAFE_INTEGER are bigints). */
 export const wire: {
   decode(data: Bytes): Record<string, any>;
   encode(fields: Record<string, any>): Buffer;

@@ -50,10 +50,12 @@ const WIRE_KINDS = new Set([
   'past_message_end', 'bad_priority', 'invalid_fields',
 ]);
 
-/** A native error as a HomaError (anything else unchanged). */
+/** A native error as a HomaError, TypeError or RangeError (anything else unchanged). */
 function translate(e) {
   if (e instanceof Error && typeof e.message === 'string' && e.message.includes(SEP)) {
     const [kind, message] = e.message.split(SEP);
+    if (kind === 'TypeError') return new TypeError(message);
+    if (kind === 'RangeError') return new RangeError(message);
     return new HomaError(message, kind);
   }
   return e;
@@ -131,7 +133,7 @@ async function open(options = {}) {
   }
   const ip = net.isIP(host) ? host : await resolve(host, 4).catch(() => resolve(host, 6));
   const sock = native_(() =>
-    native.NativeSocket.open(port ?? null, ip, transport, JSON.stringify(config)));
+    native.NativeSocket.open(port ?? null, ip, transport, config));
   return new Socket(sock);
 }
 
@@ -296,7 +298,7 @@ class Socket {
 
   /** Counters: the endpoint's (`core`), the transport's, the driver's. */
   metrics() {
-    return JSON.parse(native_(() => this._inner.metrics()));
+    return native_(() => this._inner.metrics());
   }
 
   /** Closes the socket: pending calls fail with ESHUTDOWN, `requests()` ends. Idempotent. */
@@ -314,18 +316,54 @@ class Socket {
 const wire = {
   /** The fields of the packet in `data` (HomaError EPROTO for bytes that are not one). */
   decode(data) {
-    return JSON.parse(native_(() => native.wireDecode(bytes(data, 'the packet'))));
+    return native_(() => native.wireDecode(bytes(data, 'the packet')));
   },
   /** The bytes of the packet `fields` names. */
   encode(fields) {
     if (typeof fields !== 'object' || fields === null) {
       throw new TypeError(`the fields must be an object, not ${describe(fields)}`);
     }
-    return native_(() => native.wireEncode(JSON.stringify(fields)));
+    return native_(() => native.wireEncode(fields));
   },
 };
 
 /** The Config fields `open` takes: name, kind, bounds and what each does. */
-const configFields = JSON.parse(native.configFields());
+const configFields = native.configFields();
 
-module.exports = { open, Socket, Request, HomaError, wire, configFields };
+/**
+ * One host's Homa stack as a state machine (homa-core's Endpoint), for embedding and for
+ * the conformance suite: no clock, no sockets. Times, ids and cookies are BigInts
+ * (nanoseconds from any origin); Numbers are accepted where they are taken. Messages are
+ * Buffers (read in place until sent); addresses "ip:port".
+ */
+class Endpoint extends native.Endpoint {
+  constructor(config = {}) {
+    if (typeof config !== 'object' || config === null) {
+      throw new TypeError(`the config must be an object, not ${describe(config)}`);
+    }
+    try {
+      super(config);
+    } catch (e) {
+      throw translate(e);
+    }
+  }
+}
+
+// The native methods, with their errors as HomaError / TypeError / RangeError and their
+// messages taken as Buffer, Uint8Array or ArrayBuffer.
+for (const name of Object.getOwnPropertyNames(native.Endpoint.prototype)) {
+  const d = Object.getOwnPropertyDescriptor(native.Endpoint.prototype, name);
+  if (name === 'constructor' || typeof d.value !== 'function') continue;
+  const f = d.value;
+  const takes = { sendRequest: 4, sendResponse: 2, handlePacket: 2 }[name];
+  Endpoint.prototype[name] = function (...args) {
+    if (takes !== undefined && takes < args.length) args[takes] = bytes(args[takes], 'the message');
+    try {
+      return f.apply(this, args);
+    } catch (e) {
+      throw translate(e);
+    }
+  };
+}
+
+module.exports = { open, Socket, Request, Endpoint, HomaError, wire, configFields };

@@ -1,26 +1,20 @@
-//! JSON to and from the core's plain data (homa-core's `json` conversions): packet fields,
-//! counters, `Config` by field name. JavaScript hands objects over as JSON text, which keeps the
-//! native boundary to strings and Buffers.
+//! `Config` by field name (the core's field table), from and to plain data.
 
-use homa_core::Map;
 use homa_core::config::{FIELDS, Field};
+use homa_core::{Config, Map, Value};
 use napi::Result;
-use serde_json::Value as Json;
 
 use crate::failure;
 
-/// A JSON object (text) as a core map.
-pub(crate) fn json_to_map(text: &str) -> Result<Map> {
-    match serde_json::from_str::<Json>(text) {
-        Ok(Json::Object(o)) => Ok(Map::from(&o)),
-        _ => Err(failure("invalid_fields", "expected an object of packet fields")),
-    }
-}
-
-/// A `Config` from a JSON object of fields by name (checked by the core's field table).
-pub(crate) fn config(text: &str) -> Result<homa_io::Config> {
-    let mut config = homa_io::Config::default();
-    for (name, value) in json_to_map(text)?.iter() {
+/// Sets the fields `fields` (an object of Config fields by name) names on `config`, then
+/// checks the rules between fields.
+pub(crate) fn apply_config(config: &mut Config, fields: &Value) -> Result<()> {
+    let map = match fields {
+        Value::Map(m) => m,
+        Value::Null => return Ok(()),
+        _ => return Err(failure("TypeError", "the config must be an object of Config fields")),
+    };
+    for (name, value) in map.iter() {
         let field = Field::named(name).ok_or_else(|| {
             let names: Vec<_> = FIELDS.iter().map(|f| f.name).collect();
             failure(
@@ -28,24 +22,33 @@ pub(crate) fn config(text: &str) -> Result<homa_io::Config> {
                 format!("unknown option {name:?}; the options are {}", names.join(", ")),
             )
         })?;
-        (field.set)(&mut config, value).map_err(|e| failure("config", e))?;
+        (field.set)(config, value).map_err(|e| failure("config", e))?;
     }
-    config.validate().map_err(|e| failure("config", e))?;
-    Ok(config)
+    config.validate().map_err(|e| failure("config", e))
 }
 
-/// The field table as JSON: `[{name, kind, min, max, doc}]`.
-pub(crate) fn config_fields() -> Json {
-    FIELDS
+/// Every field of `config` by name.
+pub(crate) fn config_to_map(config: &Config) -> Map {
+    FIELDS.iter().map(|f| (f.name, (f.get)(config))).collect()
+}
+
+/// The field table: `[{ name, kind, min, max, doc }]`.
+pub(crate) fn config_fields() -> Value {
+    let fields: Vec<Value> = FIELDS
         .iter()
         .map(|f| {
-            serde_json::json!({
-                "name": f.name,
-                "kind": format!("{:?}", f.kind).to_lowercase(),
-                "min": f.min,
-                "max": f.max,
-                "doc": f.doc.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" "),
-            })
+            let doc: Vec<&str> = f.doc.iter().map(|l| l.trim()).collect();
+            let entry: Map = [
+                ("name", Value::from(f.name)),
+                ("kind", Value::from(format!("{:?}", f.kind).to_lowercase())),
+                ("min", Value::from(f.min)),
+                ("max", Value::from(f.max)),
+                ("doc", Value::from(doc.join(" "))),
+            ]
+            .into_iter()
+            .collect();
+            Value::from(entry)
         })
-        .collect()
+        .collect();
+    Value::from(fields)
 }

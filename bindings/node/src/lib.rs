@@ -1,5 +1,5 @@
 //! The native half of the `homa` npm package: homa-io's [`Socket`](homa_io::Socket) run on
-//! Node's event loop ([`reactor`]), and the core's packet fields codec, for `index.js`,
+//! Node's event loop (the `reactor` module), and the core's packet fields codec, for `index.js`,
 //! which gives them their JavaScript shape (Promises, async iterators, `HomaError`,
 //! argument checks in JavaScript terms).
 //!
@@ -9,15 +9,17 @@
 //! message becomes a Buffer over homa-io's bytes.
 
 mod convert;
+mod endpoint;
 mod reactor;
+mod value;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use homa_core::Payload;
-use napi::bindgen_prelude::{Buffer, PromiseRaw, Unknown};
-use napi::{Env, Error, Result, Status};
+use homa_core::{Payload, Value};
+use napi::bindgen_prelude::{BigInt, Buffer, PromiseRaw, Unknown};
+use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
 
 use reactor::Reactor;
@@ -57,22 +59,26 @@ pub struct NativeSocket {
 
 #[napi]
 impl NativeSocket {
-    /// Opens a socket: a server on `port` of `host`, or (no port) a client. `config` is a
-    /// JSON object of `Config` fields by name.
+    /// Opens a socket: a server on `port` of `host`, or (no port) a client. `config` is an
+    /// object of `Config` fields by name.
     #[napi(factory)]
     pub fn open(
         env: &Env,
         port: Option<u32>,
         host: String,
         transport: String,
-        config: String,
+        config: Unknown<'_>,
     ) -> Result<NativeSocket> {
         let ip: std::net::IpAddr =
             host.parse().map_err(|_| failure("invalid_argument", "host is not an IP address"))?;
         let kind: homa_io::TransportKind =
             transport.parse().map_err(|e| failure("invalid_argument", e))?;
-        let config = convert::config(&config)?;
-        let builder = homa_io::Socket::builder().transport(kind).config(config);
+        let mut c = homa_io::Config::default();
+        // SAFETY: an argument of this call, on the JavaScript thread.
+        convert::apply_config(&mut c, &unsafe {
+            value::from_js(env.raw(), config.raw(), "config")?
+        })?;
+        let builder = homa_io::Socket::builder().transport(kind).config(c);
         let opened = match port {
             Some(p) => {
                 let p = u16::try_from(p).map_err(|_| failure("invalid_port", "port too large"))?;
@@ -160,11 +166,11 @@ impl NativeSocket {
         self.reactor.borrow_mut().cancel(token)
     }
 
-    /// Counters, as JSON (homa-io's `Metrics`).
+    /// Counters (homa-io's `Metrics`).
     #[napi]
-    pub fn metrics(&self) -> Result<String> {
-        let r = self.reactor.borrow();
-        Ok(serde_json::Value::from(r.socket()?.metrics().to_value()).to_string())
+    pub fn metrics<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
+        let counters = self.reactor.borrow().socket()?.metrics().to_value();
+        to_js(env, &Value::from(counters))
     }
 
     /// Warnings homa-io logged since the last call (e.g. a peer sending too long
@@ -207,14 +213,14 @@ pub struct NativeRequest {
     inner: Mutex<Option<homa_io::Request>>,
     message: Mutex<Option<Vec<u8>>>,
     peer: String,
-    id: f64,
+    id: u64,
 }
 
 impl NativeRequest {
     fn new(mut r: homa_io::Request) -> NativeRequest {
         NativeRequest {
             peer: r.peer().to_string(),
-            id: r.id() as f64,
+            id: r.id(),
             message: Mutex::new(Some(r.take_message())),
             inner: Mutex::new(Some(r)),
         }
@@ -224,7 +230,7 @@ impl NativeRequest {
 #[napi]
 impl NativeRequest {
     /// The request's message as a Buffer (once; `index.js` keeps it): over the received
-    /// bytes, or for short messages a copy (see [`reactor::buffer`]).
+    /// bytes, or for short messages a copy (see `reactor::buffer`).
     #[napi]
     pub fn take_message<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
         let message = lock(&self.message).take().unwrap_or_default();
@@ -241,8 +247,8 @@ impl NativeRequest {
 
     /// The RPC id.
     #[napi(getter)]
-    pub fn id(&self) -> f64 {
-        self.id
+    pub fn id(&self) -> BigInt {
+        BigInt::from(self.id)
     }
 
     /// Sends the response (read in place until the client has it). A second reply is an
@@ -261,23 +267,37 @@ impl NativeRequest {
     }
 }
 
-/// The packet fields codec (`homa.wire.decode`): a packet's fields as JSON.
-#[napi]
-pub fn wire_decode(packet: Buffer) -> Result<String> {
-    let fields = homa_core::wire::fields::decode(&packet).map_err(|e| failure(e.class(), e))?;
-    Ok(serde_json::Value::from(fields).to_string())
+/// `v` as a JavaScript value of this call.
+fn to_js<'env>(env: &'env Env, v: &Value) -> Result<Unknown<'env>> {
+    // SAFETY: on the JavaScript thread, for the value this call returns.
+    unsafe {
+        let raw = value::to_js(env.raw(), v)?;
+        Ok(Unknown::from_raw_unchecked(env.raw(), raw))
+    }
 }
 
-/// The packet fields codec (`homa.wire.encode`): the bytes of the packet that JSON names.
+/// The packet fields codec (`homa.wire.decode`): a packet's fields, the conformance
+/// suite's canonical object.
 #[napi]
-pub fn wire_encode(fields: String) -> Result<Buffer> {
-    let map = convert::json_to_map(&fields)?;
+pub fn wire_decode<'env>(env: &'env Env, packet: Buffer) -> Result<Unknown<'env>> {
+    let fields = homa_core::wire::fields::decode(&packet).map_err(|e| failure(e.class(), e))?;
+    to_js(env, &Value::from(fields))
+}
+
+/// The packet fields codec (`homa.wire.encode`): the bytes of the packet `fields` names.
+#[napi]
+pub fn wire_encode(env: &Env, fields: Unknown<'_>) -> Result<Buffer> {
+    // SAFETY: an argument of this call, on the JavaScript thread.
+    let fields = unsafe { value::from_js(env.raw(), fields.raw(), "the fields")? };
+    let Value::Map(map) = fields else {
+        return Err(failure("TypeError", "the fields must be an object"));
+    };
     let bytes = homa_core::wire::fields::encode(&map).map_err(|e| failure("invalid_fields", &e))?;
     Ok(Buffer::from(bytes))
 }
 
-/// The `Config` fields every binding shares: name, kind and doc, as JSON.
+/// The `Config` fields every binding shares: `[{ name, kind, min, max, doc }]`.
 #[napi]
-pub fn config_fields() -> String {
-    convert::config_fields().to_string()
+pub fn config_fields(env: &Env) -> Result<Unknown<'_>> {
+    to_js(env, &convert::config_fields())
 }

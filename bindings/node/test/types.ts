@@ -30,6 +30,15 @@ async function main(): Promise<void> {
   const again: Buffer = homa.wire.encode(fields);
   const names: string[] = homa.configFields.map((f) => f.name);
   void again, names;
+  const ep = new homa.Endpoint({ mtu: 1500 });
+  const id: bigint = ep.sendRequest(0n, ep.bindEphemeral(), '10.0.0.2:4000', 99, Buffer.from('x'), 1);
+  const t: homa.Transmit | null = ep.pollTransmit(0);
+  const e = ep.pollEvent();
+  if (e?.type === 'request_received') ep.sendResponse(1n, e.rpc, e.message);
+  const next: bigint | null = ep.pollTimeout();
+  void id, t, next;
+  // @ts-expect-error an address is a string
+  ep.handlePacket(0n, ['10.0.0.2', 4000], Buffer.alloc(0));
   // @ts-expect-error a string is not bytes
   await client.call('127.0.0.1:4000', 'text');
   // @ts-expect-error not a transport
