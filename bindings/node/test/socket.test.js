@@ -127,6 +127,32 @@ test('close fails pending calls and ends requests()', async () => {
   client.close(); // idempotent
 });
 
+test('sockets in a worker thread: left open, they go with the worker', async () => {
+  const { Worker } = require('node:worker_threads');
+  const port = freePort();
+  const worker = new Worker(`
+    const homa = require(${JSON.stringify(require.resolve('..'))});
+    const { parentPort } = require('node:worker_threads');
+    (async () => {
+      const server = await homa.open({ port: ${port}, host: '127.0.0.1', timeout_ticks: 2000 });
+      server.serve((req) => req.message);
+      const client = await homa.open({ host: '127.0.0.1' });
+      const reply = await client.call(server.localAddr, Buffer.from('from a worker'));
+      parentPort.postMessage(reply.toString());
+      // Neither socket is closed: the worker's exit must close them.
+      process.exit(0);
+    })();
+  `, { eval: true });
+  const [reply] = await Promise.all([
+    new Promise((resolve) => worker.once('message', resolve)),
+    new Promise((resolve) => worker.once('exit', resolve)),
+  ]);
+  assert.equal(reply, 'from a worker');
+  // The port is free again.
+  const again = await homa.open({ port, host: LOCAL });
+  again.close();
+});
+
 test('a handler that throws is logged and the server keeps serving', async (t) => {
   const errors = [];
   t.mock.method(console, 'error', (...args) => errors.push(args.join(' ')));
