@@ -139,19 +139,24 @@ async function open(options = {}) {
 
 /** A request a server received: its `message`, `peer` and `id`; answer with `reply`. */
 class Request {
-  constructor(inner) {
+  /** From what the native side resolves a receive with: [handle, message, peer, id]. */
+  constructor([inner, message, peer, id]) {
     this._inner = inner;
-    /** The request's message: a Buffer over the received bytes. */
-    this.message = inner.takeMessage();
+    /** The request's message: a Buffer. */
+    this.message = message;
     /** The client's address, "ip:port". */
-    this.peer = inner.peer;
-    /** The RPC's id. */
-    this.id = inner.id;
+    this.peer = peer;
+    /** The RPC's id (a BigInt). */
+    this.id = id;
   }
 
   /** Sends the response; resolves at once. The bytes are read in place, not copied, until
    * the client has them: do not modify them after replying. */
   async reply(data) {
+    this._send(data);
+  }
+
+  _send(data) {
     const buf = bytes(data, 'the response');
     native_(() => this._inner.reply(buf));
   }
@@ -209,7 +214,7 @@ class Socket {
       throw new TypeError(`signal must be an AbortSignal, not ${describe(signal)}`);
     }
     if (typeof block !== 'boolean') throw new TypeError(`block must be a boolean, not ${describe(block)}`);
-    const to = await this._address(dest);
+    const to = this._names.get(dest) ?? (await this._address(dest));
     if (signal?.aborted) throw new HomaError('the call was aborted', 'aborted');
     const token = this._token();
     const onAbort = () => this._inner.cancel(token);
@@ -231,8 +236,6 @@ class Socket {
 
   /** `dest` as the native side takes it ("ip:port"), remembered: calls repeat addresses. */
   async _address(dest) {
-    const known = this._names.get(dest);
-    if (known !== undefined) return known;
     const [host, port] = splitAddress(dest);
     const ip = net.isIP(host) ? host : await resolve(host, this._family);
     const to = net.isIPv6(ip) ? `[${ip}]:${port}` : `${ip}:${port}`;
@@ -274,25 +277,53 @@ class Socket {
     if (typeof handler !== 'function') {
       throw new TypeError(`serve needs a function of the request, not ${describe(handler)}`);
     }
-    for await (const req of this.requests()) {
+    for (;;) {
+      let req;
+      try {
+        req = await this.recvRequest();
+      } catch (e) {
+        if (e instanceof HomaError && e.kind === 'shutdown') return;
+        throw e;
+      }
       this._handle(req, handler, onError);
     }
   }
 
-  async _handle(req, handler, onError) {
+  /** Runs `handler` for `req` and replies; a synchronous handler's reply goes at once. */
+  _handle(req, handler, onError) {
+    let out;
     try {
-      await req.reply(await handler(req));
+      out = handler(req);
+      if (typeof out?.then !== 'function') return req._send(out);
     } catch (e) {
-      if (e instanceof HomaError && e.kind === 'shutdown') return;
-      console.error(`homa: the handler failed for request ${req.id} from ${req.peer}:`, e);
-      let answer;
-      try {
-        answer = onError?.(req, e);
-      } catch (e2) {
-        console.error('homa: onError failed:', e2);
-      }
-      if (answer !== undefined) await req.reply(answer).catch(() => {});
-      else req.discard();
+      return this._failed(req, e, onError);
+    }
+    Promise.resolve(out).then(
+      (value) => {
+        try {
+          req._send(value);
+        } catch (e) {
+          this._failed(req, e, onError);
+        }
+      },
+      (e) => this._failed(req, e, onError),
+    );
+  }
+
+  _failed(req, e, onError) {
+    if (e instanceof HomaError && e.kind === 'shutdown') return;
+    console.error(`homa: the handler failed for request ${req.id} from ${req.peer}:`, e);
+    let answer;
+    try {
+      answer = onError?.(req, e);
+    } catch (e2) {
+      console.error('homa: onError failed:', e2);
+    }
+    if (answer === undefined) return req.discard();
+    try {
+      req._send(answer);
+    } catch (e2) {
+      console.error('homa: the onError reply failed:', e2);
     }
   }
 

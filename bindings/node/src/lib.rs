@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homa_core::{Payload, Value};
-use napi::bindgen_prelude::{BigInt, Buffer, PromiseRaw, Unknown};
+use napi::bindgen_prelude::{Buffer, PromiseRaw, Unknown};
 use napi::{Env, Error, JsValue, Result, Status};
 use napi_derive::napi;
 
@@ -148,14 +148,15 @@ impl NativeSocket {
         Ok(PromiseRaw::new(env.raw(), r.call(token, call)?))
     }
 
-    /// Resolves to the next request (an error of kind `shutdown` once closed). `token` as
+    /// Resolves to the next request, `[handle, message, peer, id]` (an error of kind
+    /// `shutdown` once closed). `token` as
     /// for [`call`](NativeSocket::call).
     #[napi]
     pub fn recv_request<'env>(
         &self,
         env: &'env Env,
         token: u32,
-    ) -> Result<PromiseRaw<'env, NativeRequest>> {
+    ) -> Result<PromiseRaw<'env, Unknown<'env>>> {
         Ok(PromiseRaw::new(env.raw(), self.reactor.borrow_mut().recv(token)?))
     }
 
@@ -205,52 +206,16 @@ impl Drop for NativeSocket {
     }
 }
 
-/// A received request: its message (taken once by `index.js`), its peer and id, and the
-/// reply.
+/// A received request's handle, for the reply. A receive resolves to
+/// `[handle, message, peer, id]` (see `Reactor::settle`).
 #[napi]
 #[derive(Debug)]
 pub struct NativeRequest {
     inner: Mutex<Option<homa_io::Request>>,
-    message: Mutex<Option<Vec<u8>>>,
-    peer: String,
-    id: u64,
-}
-
-impl NativeRequest {
-    fn new(mut r: homa_io::Request) -> NativeRequest {
-        NativeRequest {
-            peer: r.peer().to_string(),
-            id: r.id(),
-            message: Mutex::new(Some(r.take_message())),
-            inner: Mutex::new(Some(r)),
-        }
-    }
 }
 
 #[napi]
 impl NativeRequest {
-    /// The request's message as a Buffer (once; `index.js` keeps it): over the received
-    /// bytes, or for short messages a copy (see `reactor::buffer`).
-    #[napi]
-    pub fn take_message<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
-        let message = lock(&self.message).take().unwrap_or_default();
-        let value = reactor::buffer(env.raw(), message)?;
-        // SAFETY: a value just created in this environment.
-        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
-    }
-
-    /// The client's address, `"ip:port"`.
-    #[napi(getter)]
-    pub fn peer(&self) -> String {
-        self.peer.clone()
-    }
-
-    /// The RPC id.
-    #[napi(getter)]
-    pub fn id(&self) -> BigInt {
-        BigInt::from(self.id)
-    }
-
     /// Sends the response (read in place until the client has it). A second reply is an
     /// error.
     #[napi]

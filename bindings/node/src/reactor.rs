@@ -24,7 +24,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-use napi::bindgen_prelude::{Buffer, ToNapiValue};
+use napi::bindgen_prelude::{BigInt, Buffer, ToNapiValue};
 use napi::{Error, JsError, Result, sys};
 
 use crate::{NativeRequest, failure, io_error, lock};
@@ -322,10 +322,7 @@ impl Reactor {
     fn settle(&self, deferred: sys::napi_deferred, done: Done) {
         let value = match done {
             Done::Response(Ok(v)) => buffer(self.env, v),
-            Done::Request(Ok(r)) => {
-                // SAFETY: as above.
-                unsafe { NativeRequest::to_napi_value(self.env, NativeRequest::new(r)) }
-            }
+            Done::Request(Ok(r)) => request(self.env, r),
             Done::Response(Err(e)) | Done::Request(Err(e)) => {
                 return self.reject(deferred, io_error(e));
             }
@@ -430,6 +427,31 @@ impl Reactor {
         let from_poller = self.poller.as_ref().map(homa_io::Poller::take_warnings);
         from_poller.unwrap_or_default()
     }
+}
+
+/// A request as `[handle, message, peer, id]`: one value, not four calls to fetch them.
+fn request(env: sys::napi_env, mut r: homa_io::Request) -> Result<sys::napi_value> {
+    let message = buffer(env, r.take_message())?;
+    let (peer, id) = (r.peer().to_string(), r.id());
+    let handle = NativeRequest { inner: Mutex::new(Some(r)) };
+    let mut array = ptr::null_mut();
+    // SAFETY: on the JavaScript thread; every value is created in `env` here.
+    unsafe {
+        let items = [
+            NativeRequest::to_napi_value(env, handle)?,
+            message,
+            String::to_napi_value(env, peer)?,
+            BigInt::to_napi_value(env, BigInt::from(id))?,
+        ];
+        check(
+            sys::napi_create_array_with_length(env, items.len(), &mut array),
+            "napi_create_array",
+        )?;
+        for (i, item) in items.into_iter().enumerate() {
+            check(sys::napi_set_element(env, array, i as u32, item), "napi_set_element")?;
+        }
+    }
+    Ok(array)
 }
 
 /// Messages up to this size reach JavaScript as copies: a new Buffer of copied bytes

@@ -176,6 +176,28 @@ test('a handler that throws is logged and the server keeps serving', async (t) =
   await serving;
 });
 
+test('a synchronous handler: its reply goes at once, its errors are logged', async (t) => {
+  const errors = [];
+  t.mock.method(console, 'error', (...args) => errors.push(args.join(' ')));
+  const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
+  const serving = server.serve((req) => {
+    const text = req.message.toString();
+    if (text === 'throw') throw new Error('sync failure');
+    if (text === 'bad') return 42; // not bytes: a TypeError, logged
+    return req.message;
+  }, { onError: (req) => Buffer.from(`error for ${req.message}`) });
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  const call = async (text) => (await client.call(server.localAddr, Buffer.from(text))).toString();
+  assert.equal(await call('throw'), 'error for throw');
+  assert.equal(await call('bad'), 'error for bad');
+  assert.equal(await call('fine'), 'fine');
+  assert.ok(errors.some((e) => e.includes('sync failure')), errors.join('\n'));
+  assert.ok(errors.some((e) => e.includes('TypeError')), errors.join('\n'));
+  client.close();
+  server.close();
+  await serving;
+});
+
 test('more calls than the send buffer holds wait for room; block: false fails fast', async () => {
   const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
   const client = await homa.open({ host: LOCAL, wmem_max: 5_000_000, ...PATIENT });
