@@ -1,12 +1,15 @@
 'use strict';
-// node bench.js [--rounds 5] [--calls 2000] [--inflight 64]
+// node bench.js [--rounds 5] [--calls 2000] [--inflight 64] [--one-process] [--json]
 //
 // Homa against Node's `net` (TCP, the same echo, length-framed), interleaved in one run so
-// both see the same machine: 100-byte RPC latency (one in flight, p50/p99), calls/s with
-// `--inflight` in flight, and 1,000,000-byte RPC throughput (4 in flight). Servers and
-// client share this process, as a gateway's would.
+// all see the same machine: 100-byte RPC latency (one in flight, p50/p99), calls/s with
+// `--inflight` in flight (TCP: that many connections), and 1,000,000-byte RPC throughput
+// (4 in flight). Homa runs twice: with default settings, and busy-polling for 50 us
+// (`busyPollMs: 0.05`, client and server). The echo servers run in a child process, as a
+// client and its server would; `--one-process` puts them in this one.
 
 const net = require('node:net');
+const { fork } = require('node:child_process');
 const homa = require('.');
 
 function option(name, fallback) {
@@ -16,10 +19,16 @@ function option(name, fallback) {
 const ROUNDS = option('rounds', 5);
 const CALLS = option('calls', 2000);
 const INFLIGHT = option('inflight', 64);
+const SPIN_MS = 0.05;
+// The child serves on its parent's ports (--serve-for BASE).
+const BASE = option('serve-for', 24000 + (process.pid % 4000));
 
-/** A length-framed TCP echo server and a client that sends framed requests on connections. */
-async function tcpPair(connections) {
-  const server = net.createServer((sock) => {
+/** The echo servers: Homa on BASE (default) and BASE + 1 (busy-polling), TCP on BASE + 2. */
+async function serve() {
+  const plain = await homa.open({ port: BASE, host: '127.0.0.1' });
+  const spinning = await homa.open({ port: BASE + 1, host: '127.0.0.1', busyPollMs: SPIN_MS });
+  const serving = [plain, spinning].map((s) => s.serve((req) => req.message));
+  const tcp = net.createServer((sock) => {
     sock.setNoDelay(true);
     let buf = Buffer.alloc(0);
     sock.on('data', (chunk) => {
@@ -31,11 +40,21 @@ async function tcpPair(connections) {
       }
     });
   });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise((r) => tcp.listen(BASE + 2, '127.0.0.1', r));
+  return async () => {
+    plain.close();
+    spinning.close();
+    await Promise.all(serving);
+    tcp.close();
+  };
+}
+
+/** `connections` TCP connections to the echo server, each a function sending one RPC. */
+async function tcpClients(connections) {
   const conns = [];
   const socks = [];
   for (let i = 0; i < connections; i++) {
-    const sock = net.connect(server.address().port, '127.0.0.1');
+    const sock = net.connect(BASE + 2, '127.0.0.1');
     socks.push(sock);
     await new Promise((r) => sock.once('connect', r));
     sock.setNoDelay(true);
@@ -56,11 +75,7 @@ async function tcpPair(connections) {
       sock.write(Buffer.concat([header, data]));
     }));
   }
-  const close = () => {
-    for (const sock of socks) sock.destroy();
-    server.close();
-  };
-  return { conns, close };
+  return { conns, close: () => socks.forEach((s) => s.destroy()) };
 }
 
 async function latency(call, data, n) {
@@ -86,46 +101,69 @@ async function rate(calls, data, total) {
 }
 
 const pct = (xs, q) => xs.slice().sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
-const median = (xs) => pct(xs, 0.5);
 
 async function main() {
-  const server = await homa.open({ port: 24000 + (process.pid % 5000), host: '127.0.0.1' });
-  const serving = server.serve((req) => req.message);
-  const client = await homa.open({ host: '127.0.0.1' });
-  const homaCall = (d) => client.call(server.localAddr, d);
-  const tcp = await tcpPair(INFLIGHT);
+  let stop;
+  if (process.argv.includes('--one-process')) {
+    stop = await serve();
+  } else {
+    const child = fork(__filename, ['--serve-for', String(BASE)]);
+    await new Promise((r) => child.once('message', r));
+    stop = async () => {
+      child.send('stop');
+      await new Promise((r) => child.once('exit', r));
+    };
+  }
+  const plain = await homa.open({ host: '127.0.0.1' });
+  const spinning = await homa.open({ host: '127.0.0.1', busyPollMs: SPIN_MS });
+  const homaCall = (sock, port) => (d) => sock.call(`127.0.0.1:${port}`, d);
+  const tcp = await tcpClients(INFLIGHT);
   const small = Buffer.alloc(100, 1);
   const big = Buffer.alloc(1_000_000, 2);
-  const r = { homa: { lat: [], rate: [], mbps: [] }, tcp: { lat: [], rate: [], mbps: [] } };
+  const contenders = [
+    ['homa', homaCall(plain, BASE)],
+    [`homa busy-poll`, homaCall(spinning, BASE + 1)],
+    ['tcp', tcp.conns[0], tcp.conns],
+  ];
+  const r = Object.fromEntries(contenders.map(([name]) => [name, { lat: [], rate: [], gbps: [] }]));
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [name, one, many] of [
-      ['homa', homaCall, Array(INFLIGHT).fill(homaCall)],
-      ['tcp', tcp.conns[0], tcp.conns],
-    ]) {
+    for (const [name, one, many = Array(INFLIGHT).fill(one)] of contenders) {
       r[name].lat.push(...(await latency(one, small, CALLS)));
       r[name].rate.push(await rate(many, small, CALLS * 4));
       // Each RPC moves 1 MB each way.
-      r[name].mbps.push(((await rate(many.slice(0, 4), big, 40)) * big.length * 8 * 2) / 1e9);
+      r[name].gbps.push(((await rate(many.slice(0, 4), big, 40)) * big.length * 8 * 2) / 1e9);
     }
   }
-  client.close();
-  server.close();
-  await serving;
+  plain.close();
+  spinning.close();
   tcp.close();
-  const row = (name) => {
-    const x = r[name];
-    return { p50_us: median(x.lat), p99_us: pct(x.lat, 0.99), calls_per_s: median(x.rate), gbps: median(x.mbps) };
-  };
-  const h = row('homa');
-  const t = row('tcp');
+  await stop();
+  const rows = Object.fromEntries(Object.entries(r).map(([name, x]) => [name, {
+    p50_us: pct(x.lat, 0.5), p99_us: pct(x.lat, 0.99), calls_per_s: pct(x.rate, 0.5), gbps: pct(x.gbps, 0.5),
+  }]));
+  const where = process.argv.includes('--one-process') ? 'client and servers in one process' : 'servers in a child process';
+  console.log(`100-byte RPCs (${CALLS} x ${ROUNDS} rounds, one in flight; calls/s with ${INFLIGHT} in flight) and 1 MB RPCs (4 in flight), loopback, ${where}`);
+  console.log('                  p50 us    p99 us   calls/s  1MB Gbit/s');
   const f = (v, d = 1) => v.toFixed(d).padStart(9);
-  console.log(`100-byte RPCs (${CALLS} x ${ROUNDS} rounds, one in flight; calls/s with ${INFLIGHT} in flight) and 1 MB RPCs (4 in flight), loopback`);
-  console.log('            p50 us    p99 us   calls/s  1MB Gbit/s');
-  for (const [name, x] of [['homa', h], ['tcp', t]]) {
-    console.log(`${name.padEnd(8)}${f(x.p50_us)} ${f(x.p99_us)} ${f(x.calls_per_s, 0)} ${f(x.gbps, 2)}`);
+  for (const [name, x] of Object.entries(rows)) {
+    console.log(`${name.padEnd(16)}${f(x.p50_us)} ${f(x.p99_us)} ${f(x.calls_per_s, 0)} ${f(x.gbps, 2)}`);
   }
-  console.log(`homa/tcp: p50 ${(h.p50_us / t.p50_us).toFixed(2)}x, calls/s ${(h.calls_per_s / t.calls_per_s).toFixed(2)}x, 1 MB throughput ${(h.gbps / t.gbps).toFixed(2)}x`);
-  if (process.argv.includes('--json')) console.log(JSON.stringify({ homa: h, tcp: t }));
+  const t = rows.tcp;
+  for (const name of ['homa', 'homa busy-poll']) {
+    const h = rows[name];
+    console.log(`${name}/tcp: p50 ${(h.p50_us / t.p50_us).toFixed(2)}x, p99 ${(h.p99_us / t.p99_us).toFixed(2)}x, calls/s ${(h.calls_per_s / t.calls_per_s).toFixed(2)}x, 1 MB throughput ${(h.gbps / t.gbps).toFixed(2)}x`);
+  }
+  if (process.argv.includes('--json')) console.log(JSON.stringify(rows));
 }
 
-main();
+if (process.argv.includes('--serve-for')) {
+  serve().then((stop) => {
+    process.send('ready');
+    process.on('message', async () => {
+      await stop();
+      process.exit(0);
+    });
+  });
+} else {
+  main();
+}

@@ -60,15 +60,18 @@ pub struct NativeSocket {
 #[napi]
 impl NativeSocket {
     /// Opens a socket: a server on `port` of `host`, or (no port) a client. `config` is an
-    /// object of `Config` fields by name.
+    /// object of `Config` fields by name; `busy_poll_ms` the busy-polling window (0: off).
     #[napi(factory)]
     pub fn open(
         env: &Env,
         port: Option<u32>,
         host: String,
         transport: String,
+        busy_poll_ms: f64,
         config: Unknown<'_>,
     ) -> Result<NativeSocket> {
+        let spin = Duration::try_from_secs_f64(busy_poll_ms / 1000.0)
+            .map_err(|_| failure("RangeError", "busyPollMs must be a finite number >= 0"))?;
         let ip: std::net::IpAddr =
             host.parse().map_err(|_| failure("invalid_argument", "host is not an IP address"))?;
         let kind: homa_io::TransportKind =
@@ -91,7 +94,7 @@ impl NativeSocket {
             local: inner.local_addr(),
             port: inner.port(),
             transport: inner.transport().name(),
-            reactor: Reactor::start(env.raw(), inner)?,
+            reactor: Reactor::start(env.raw(), inner, spin)?,
         })
     }
 

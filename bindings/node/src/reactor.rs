@@ -13,6 +13,12 @@
 //!
 //! While any promise is pending the poll handle is referenced, so the process waits for
 //! it; an idle socket does not keep the process alive.
+//!
+//! Busy polling (`busyPollMs`, off by default), as the Linux module does in `recvmsg`:
+//! for that long after a call starts or a packet arrives, while operations are pending,
+//! a `uv_idle_t` keeps libuv from sleeping in `epoll_wait`, so a response that comes
+//! back within the window is handled without the wake-up of a sleeping thread. Other
+//! callbacks run as usual meanwhile.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,6 +29,7 @@ use std::ptr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use napi::bindgen_prelude::{BigInt, Buffer, ToNapiValue};
 use napi::{Error, JsError, Result, sys};
@@ -35,6 +42,7 @@ mod uv {
 
     pub(super) type Handle = *mut c_void;
     pub(super) const ASYNC: c_int = 1;
+    pub(super) const IDLE: c_int = 6;
     pub(super) const POLL: c_int = 8;
     pub(super) const READABLE: c_int = 1;
 
@@ -55,6 +63,9 @@ mod uv {
             cb: unsafe extern "C" fn(Handle),
         ) -> c_int;
         pub(super) fn uv_async_send(h: Handle) -> c_int;
+        pub(super) fn uv_idle_init(lp: *mut napi::sys::uv_loop_s, h: Handle) -> c_int;
+        pub(super) fn uv_idle_start(h: Handle, cb: unsafe extern "C" fn(Handle)) -> c_int;
+        pub(super) fn uv_idle_stop(h: Handle) -> c_int;
         pub(super) fn uv_close(h: Handle, cb: unsafe extern "C" fn(Handle));
         pub(super) fn uv_ref(h: Handle);
         pub(super) fn uv_unref(h: Handle);
@@ -181,6 +192,12 @@ pub(crate) struct Reactor {
     poller: Option<homa_io::Poller>,
     poll: uv::Handle,
     wake: uv::Handle,
+    /// Keeps the loop from sleeping while it busy-polls.
+    idle: uv::Handle,
+    /// How long to busy-poll after activity (zero: never).
+    spin: Duration,
+    /// Busy-poll until then, if the idle handle runs.
+    spin_until: Option<std::time::Instant>,
     /// The async resource the loop's callbacks run in (for async_hooks and microtasks).
     context: sys::napi_async_context,
     resource: sys::napi_ref,
@@ -196,7 +213,11 @@ pub(crate) type Shared = Rc<RefCell<Reactor>>;
 
 impl Reactor {
     /// Runs `socket` on the loop of `env`'s thread.
-    pub(crate) fn start(env: sys::napi_env, socket: homa_io::Socket) -> Result<Shared> {
+    pub(crate) fn start(
+        env: sys::napi_env,
+        socket: homa_io::Socket,
+        spin: Duration,
+    ) -> Result<Shared> {
         let poller = socket.poller().map_err(io_error)?;
         let lp = event_loop(env)?;
         let (mut resource, mut name, mut object, mut context) =
@@ -220,7 +241,8 @@ impl Reactor {
             )?;
             check(sys::napi_async_init(env, object, name, &mut context), "napi_async_init")?;
         }
-        let (poll, wake) = (new_handle(uv::POLL), new_handle(uv::ASYNC));
+        let (poll, wake, idle) =
+            (new_handle(uv::POLL), new_handle(uv::ASYNC), new_handle(uv::IDLE));
         let ready = Arc::new(Ready {
             tokens: Mutex::new(Vec::new()),
             wake: Mutex::new(Some(SendHandle(wake))),
@@ -231,6 +253,9 @@ impl Reactor {
             poller: Some(poller),
             poll,
             wake,
+            idle,
+            spin,
+            spin_until: None,
             context,
             resource,
             ready,
@@ -251,6 +276,10 @@ impl Reactor {
             uv::uv_handle_set_data(wake, Rc::into_raw(Rc::clone(&reactor)) as *mut c_void);
             rc?;
             uv::uv_unref(wake);
+            let rc = check_uv(uv::uv_idle_init(lp, idle), "uv_idle_init");
+            uv::uv_handle_set_data(idle, Rc::into_raw(Rc::clone(&reactor)) as *mut c_void);
+            rc?;
+            uv::uv_unref(idle);
             let hook = Rc::into_raw(Rc::clone(&reactor)) as *mut c_void;
             check(sys::napi_add_env_cleanup_hook(env, Some(on_env_exit), hook), "cleanup hook")?;
         }
@@ -287,7 +316,31 @@ impl Reactor {
 
     /// Starts a call: its promise resolves to the response.
     pub(crate) fn call(&mut self, token: u32, call: homa_io::Call) -> Result<sys::napi_value> {
-        self.park(token, Op::Call(call))
+        let promise = self.park(token, Op::Call(call));
+        self.stay_awake();
+        promise
+    }
+
+    /// Busy-polls for the next `spin`, if busy polling is on and anything is pending.
+    fn stay_awake(&mut self) {
+        if self.spin.is_zero() || self.parked.is_empty() || self.socket.is_none() {
+            return;
+        }
+        if self.spin_until.is_none() {
+            // SAFETY: the idle handle is open while the socket is.
+            unsafe { uv::uv_idle_start(self.idle, on_idle) };
+        }
+        self.spin_until = Some(std::time::Instant::now() + self.spin);
+    }
+
+    /// Stops busy-polling once its window has passed or nothing is pending.
+    fn maybe_sleep(&mut self) {
+        let Some(until) = self.spin_until else { return };
+        if self.parked.is_empty() || std::time::Instant::now() >= until {
+            // SAFETY: the idle handle is open while it is started.
+            unsafe { uv::uv_idle_stop(self.idle) };
+            self.spin_until = None;
+        }
     }
 
     /// Waits for a request: its promise resolves to a `NativeRequest`.
@@ -360,13 +413,15 @@ impl Reactor {
     /// Idempotent.
     pub(crate) fn close(&mut self, settle: bool) {
         let Some(socket) = self.socket.take() else { return };
-        // SAFETY: both handles are open (the socket was); the close callbacks free them.
+        // SAFETY: the handles are open (the socket was); the close callbacks free them.
         unsafe {
             uv::uv_poll_stop(self.poll);
             *lock(&self.ready.wake) = None;
             uv::uv_close(self.poll, on_closed);
             uv::uv_close(self.wake, on_closed);
+            uv::uv_close(self.idle, on_closed);
         }
+        self.spin_until = None;
         self.poller = None;
         socket.shutdown();
         for (_, p) in std::mem::take(&mut self.parked) {
@@ -407,10 +462,11 @@ impl Reactor {
             if drive {
                 let ready = Arc::as_ptr(&r.ready);
                 DRIVING.with(|d| d.set(ready));
-                if let Some(p) = &r.poller {
-                    p.drive();
-                }
+                let got = r.poller.as_ref().map_or(0, homa_io::Poller::drive);
                 DRIVING.with(|d| d.set(ptr::null()));
+                if got > 0 {
+                    r.stay_awake();
+                }
             }
             r.dispatch();
         }
@@ -502,6 +558,14 @@ unsafe extern "C" fn on_readable(h: uv::Handle, _status: c_int, _events: c_int) 
 unsafe extern "C" fn on_wake(h: uv::Handle) {
     // SAFETY: libuv calls this for our open async handle.
     Reactor::turn(&unsafe { reactor_of(h) }, false);
+}
+
+unsafe extern "C" fn on_idle(h: uv::Handle) {
+    // SAFETY: libuv calls this for our open idle handle.
+    let reactor = unsafe { reactor_of(h) };
+    if let Ok(mut r) = reactor.try_borrow_mut() {
+        r.maybe_sleep();
+    }
 }
 
 unsafe extern "C" fn on_closed(h: uv::Handle) {

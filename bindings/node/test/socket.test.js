@@ -98,6 +98,19 @@ test('timeouts: the caller\'s, and Homa\'s own for a silent peer', async () => {
   silent.close();
 });
 
+test('busy polling: calls complete; the option is checked', async () => {
+  const { server, serving } = await echoServer({ busyPollMs: 0.2 });
+  const client = await homa.open({ host: LOCAL, busyPollMs: 0.2, ...PATIENT });
+  for (let i = 0; i < 200; i++) {
+    assert.equal((await client.call(server.localAddr, Buffer.from(`spin ${i}`))).toString(), `spin ${i}`);
+  }
+  client.close();
+  server.close();
+  await serving;
+  await assert.rejects(homa.open({ busyPollMs: -1 }), RangeError);
+  await assert.rejects(homa.open({ busyPollMs: '1' }), TypeError);
+});
+
 test('a closed port is refused at once', async () => {
   const client = await homa.open({ host: LOCAL });
   await assert.rejects(client.call(`${LOCAL}:${freePort()}`, Buffer.from('anyone?'), { timeoutMs: 5000 }), {
