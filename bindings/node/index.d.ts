@@ -45,13 +45,13 @@ export class HomaError extends Error {
 
 /** A request a server received. */
 export class Request {
-  /** The request's message, a Buffer over the received bytes. */
+  /** The request's message, a Buffer (over the received bytes from 16 KiB on, else a copy). */
   readonly message: Buffer;
   /** The client's address, "ip:port". */
   readonly peer: string;
   /** The RPC's id (a u64). */
   readonly id: bigint;
-  /** Sends the response; resolves at once. Its bytes are read in place until the client has them. */
+  /** Sends the response; resolves at once. From 64 KiB on its bytes are read in place until the client has them. */
   reply(data: Bytes): Promise<void>;
   /** Drops the request unanswered. */
   discard(): void;
@@ -63,7 +63,7 @@ export class Socket {
   readonly port: number;
   readonly transport: Transport;
   readonly closed: boolean;
-  /** Sends `data` to `dest` ("host:port"), read in place until the call settles, and resolves to the response. */
+  /** Sends `data` to `dest` ("host:port") and resolves to the response. From 64 KiB on, `data` is read in place until the call settles. */
   call(dest: string, data: Bytes, options?: CallOptions): Promise<Buffer>;
   /** The next request. */
   recvRequest(): Promise<Request>;

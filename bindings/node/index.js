@@ -1,9 +1,9 @@
 'use strict';
 // homa for Node: Promise-based sockets over homa-io (the native module built from this
-// package's Rust crate), run on Node's own event loop, and the packet fields codec. The native half takes checked values
-// and reports errors as `kind` + '\x1f' + message; this file gives them their JavaScript
-// shape: argument checks (TypeError, RangeError), HomaError with Node-style codes, async
-// iteration, AbortSignal, host names.
+// package's Rust crate), run on Node's own event loop; the sans-IO Endpoint; the packet
+// fields codec. The native half takes checked values and reports errors as `kind` + '\x1f'
+// + message; this file gives them their JavaScript shape: argument checks (TypeError,
+// RangeError), HomaError with Node-style codes, async iteration, AbortSignal, host names.
 
 const net = require('node:net');
 const dns = require('node:dns/promises');
@@ -50,14 +50,18 @@ const WIRE_KINDS = new Set([
   'past_message_end', 'bad_priority', 'invalid_fields',
 ]);
 
-/** A native error as a HomaError, TypeError or RangeError (anything else unchanged). */
+/** A native error as a HomaError, TypeError or RangeError (anything else unchanged). An
+ * argument napi-rs could not convert (code `StringExpected`, `ObjectExpected`, ...) is a
+ * TypeError. */
 function translate(e) {
-  if (e instanceof Error && typeof e.message === 'string' && e.message.includes(SEP)) {
+  if (!(e instanceof Error) || typeof e.message !== 'string') return e;
+  if (e.message.includes(SEP)) {
     const [kind, message] = e.message.split(SEP);
     if (kind === 'TypeError') return new TypeError(message);
     if (kind === 'RangeError') return new RangeError(message);
     return new HomaError(message, kind);
   }
+  if (typeof e.code === 'string' && /Expected$|^InvalidArg$/.test(e.code)) return new TypeError(e.message);
   return e;
 }
 
@@ -69,11 +73,15 @@ function native_(f) {
   }
 }
 
+/** `data` as a Buffer over the same bytes (a copy only of a resizable buffer, which could
+ * shrink under a message read in place). */
 function bytes(data, what) {
-  if (Buffer.isBuffer(data)) return data;
-  if (data instanceof Uint8Array) return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-  if (data instanceof ArrayBuffer) return Buffer.from(data);
-  throw new TypeError(`${what} must be a Buffer, Uint8Array or ArrayBuffer, not ${describe(data)}`);
+  let buf;
+  if (Buffer.isBuffer(data)) buf = data;
+  else if (data instanceof Uint8Array) buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  else if (data instanceof ArrayBuffer) buf = Buffer.from(data);
+  else throw new TypeError(`${what} must be a Buffer, Uint8Array or ArrayBuffer, not ${describe(data)}`);
+  return buf.buffer.resizable ? Buffer.from(buf) : buf;
 }
 
 function describe(v) {
@@ -159,8 +167,8 @@ class Request {
     this.id = id;
   }
 
-  /** Sends the response; resolves at once. The bytes are read in place, not copied, until
-   * the client has them: do not modify them after replying. */
+  /** Sends the response; resolves at once. A response of 64 KiB or more is read in place
+   * until the client has it: do not modify, transfer or resize it after replying. */
   async reply(data) {
     this._send(data);
   }
@@ -183,8 +191,14 @@ class Socket {
     this._family = inner.localAddr.startsWith('[') ? 6 : 4;
     this._names = new Map();
     this._next = 0;
-    // homa-io's warnings (e.g. a peer sending longer messages than allowed), said once.
-    this._warnings = setInterval(() => this._warn(), 1000);
+    // homa-io's warnings (e.g. a peer sending longer messages than allowed), said once. The
+    // timer holds the socket weakly: a socket nobody holds is collected (and closed).
+    const self = new WeakRef(this);
+    this._warnings = setInterval(() => {
+      const sock = self.deref();
+      if (sock === undefined) clearInterval(this._warnings);
+      else sock._warn();
+    }, 1000);
     this._warnings.unref();
   }
 
@@ -203,8 +217,8 @@ class Socket {
 
   /**
    * Sends `data` (Buffer, Uint8Array or ArrayBuffer) to the server at `dest` ("host:port")
-   * and resolves to its response, a Buffer. The bytes are read in place, not copied: do
-   * not modify them until the call settles. `timeoutMs` bounds the call
+   * and resolves to its response, a Buffer. A message of 64 KiB or more is read in place,
+   * not copied: do not modify, transfer or resize it until the call settles. `timeoutMs` bounds the call
    * (HomaError ETIMEDOUT, kind 'timed_out'); a server silent for Homa's own timeout fails
    * it sooner (kind 'peer_silent'). `signal` (an AbortSignal) aborts it (EABORTED). While
    * the send buffer is full the call waits for room; `block: false` fails at once instead
@@ -217,7 +231,9 @@ class Socket {
       if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs)) {
         throw new TypeError(`timeoutMs must be a number, not ${describe(timeoutMs)}`);
       }
-      if (timeoutMs < 0) throw new RangeError(`timeoutMs must not be negative, not ${timeoutMs}`);
+      if (!(timeoutMs >= 0 && timeoutMs <= 1e12)) {
+        throw new RangeError(`timeoutMs must be between 0 and 1e12 (or null for none), not ${timeoutMs}`);
+      }
     }
     if (signal !== undefined && !(signal instanceof AbortSignal)) {
       throw new TypeError(`signal must be an AbortSignal, not ${describe(signal)}`);
@@ -303,20 +319,29 @@ class Socket {
     let out;
     try {
       out = handler(req);
-      if (typeof out?.then !== 'function') return req._send(out);
     } catch (e) {
       return this._failed(req, e, onError);
     }
-    Promise.resolve(out).then(
-      (value) => {
-        try {
-          req._send(value);
-        } catch (e) {
-          this._failed(req, e, onError);
-        }
-      },
-      (e) => this._failed(req, e, onError),
-    );
+    if (typeof out?.then !== 'function') return this._reply(req, out, onError);
+    Promise.resolve(out).then((value) => this._reply(req, value, onError), (e) => this._failed(req, e, onError));
+  }
+
+  /** Sends a handler's answer: what is not bytes counts as the handler failing; a reply
+   * homa refuses (too long, closed socket) is logged, the request being spent. */
+  _reply(req, value, onError) {
+    let buf;
+    try {
+      buf = bytes(value, 'the reply');
+    } catch (e) {
+      return this._failed(req, e, onError);
+    }
+    try {
+      native_(() => req._inner.reply(buf));
+    } catch (e) {
+      if (!(e instanceof HomaError && e.kind === 'shutdown')) {
+        console.error(`homa: the reply to request ${req.id} from ${req.peer} failed:`, e);
+      }
+    }
   }
 
   _failed(req, e, onError) {
@@ -374,7 +399,7 @@ const configFields = native.configFields();
  * One host's Homa stack as a state machine (homa-core's Endpoint), for embedding and for
  * the conformance suite: no clock, no sockets. Times, ids and cookies are BigInts
  * (nanoseconds from any origin); Numbers are accepted where they are taken. Messages are
- * Buffers (read in place until sent); addresses "ip:port".
+ * Buffers (from 64 KiB on read in place until sent); addresses "ip:port".
  */
 class Endpoint extends native.Endpoint {
   constructor(config = {}) {

@@ -120,6 +120,31 @@ fn loop_only() -> Config {
     Config { tick_usecs: 60_000_000, link_mbps: 1_000_000, ..Config::default() }
 }
 
+/// A refused datagram leaves an error condition on the socket (POLLERR, which an event loop
+/// sees instead of readability); `read_errors` takes it and fails the call to that peer.
+#[test]
+fn the_loop_reads_errors_off_the_socket() {
+    let client = Socket::builder().config(loop_only()).client(loopback_v4()).unwrap();
+    let poller = client.poller().unwrap();
+    let closed = SocketAddr::new(loopback_v4(), candidate_port());
+    let mut call = client.call_async(closed, b"anyone?".to_vec(), None).unwrap();
+    let waker = Waker::from(Arc::new(Recorder::default()));
+    let mut fd = libc::pollfd { fd: poller.fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd. (Loopback answers at once; the timeout only bounds a
+    // failure.)
+    unsafe { libc::poll(&mut fd, 1, 5_000) };
+    assert_ne!(fd.revents & libc::POLLERR, 0, "no error condition: revents {}", fd.revents);
+    assert!(poll_once(&mut call, &waker).is_pending());
+    poller.read_errors();
+    assert!(
+        matches!(poll_once(&mut call, &waker), Poll::Ready(Err(Error::Unreachable(a))) if a == closed)
+    );
+    fd.revents = 0;
+    // SAFETY: as above; the condition is gone.
+    unsafe { libc::poll(&mut fd, 1, 0) };
+    assert_eq!(fd.revents & libc::POLLERR, 0);
+}
+
 #[test]
 fn try_recv_request_does_not_wait() {
     let server = bind_server(Socket::builder(), loopback_v4());

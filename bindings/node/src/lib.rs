@@ -4,9 +4,10 @@
 //! argument checks in JavaScript terms).
 //!
 //! Errors cross as `Error`s whose message is `kind`, the unit separator (`\x1f`), then the
-//! text; `index.js` turns them into `HomaError`s. Messages cross without copies: a sent
-//! Buffer is kept referenced and read in place until Homa is done with it, and a received
-//! message becomes a Buffer over homa-io's bytes.
+//! text; `index.js` turns them into `HomaError`s. Large messages cross without copies: a
+//! sent Buffer of 64 KiB or more is kept referenced and read in place until Homa is done
+//! with it, and a received message of 16 KiB or more becomes a Buffer over homa-io's
+//! bytes; shorter ones are copied, which costs less at their size.
 
 mod convert;
 mod endpoint;
@@ -41,10 +42,18 @@ fn io_error(e: homa_io::Error) -> Error {
     failure(e.name(), &e)
 }
 
-/// A JavaScript Buffer as message bytes, read in place: the Buffer stays referenced until
-/// homa drops the payload (napi-rs releases the reference on the JavaScript thread).
+/// Messages this long or longer are sent from the caller's Buffer in place; shorter ones
+/// are copied (cheaper than keeping a reference to the Buffer, at that size).
+const SHARE_FROM: usize = 64 * 1024;
+
+/// A JavaScript Buffer as message bytes: a copy, or from `SHARE_FROM` on read in place, the
+/// Buffer referenced until homa drops the payload (napi-rs releases the reference on the
+/// JavaScript thread).
 fn payload(message: Buffer) -> Payload {
-    Payload::shared(Arc::new(message))
+    match message.len() < SHARE_FROM {
+        true => Payload::from(message.to_vec()),
+        false => Payload::shared(Arc::new(message)),
+    }
 }
 
 /// A Homa socket (homa-io) run on this thread's event loop, opened by
@@ -122,9 +131,9 @@ impl NativeSocket {
         self.reactor.borrow().is_closed()
     }
 
-    /// Sends `message` (read in place, not copied) to `dest` (`"ip:port"`) and resolves to
-    /// the response, a Buffer over the received bytes. `token` (unique among this socket's
-    /// pending operations) lets [`cancel`](NativeSocket::cancel) abort it.
+    /// Sends `message` (copied below 64 KiB, else read in place) to `dest` (`"ip:port"`)
+    /// and resolves to the response, a Buffer. `token` (unique among this socket's pending
+    /// operations) lets [`cancel`](NativeSocket::cancel) abort it.
     #[napi]
     pub fn call<'env>(
         &self,
@@ -138,36 +147,33 @@ impl NativeSocket {
         let dest: SocketAddr = dest
             .parse()
             .map_err(|_| failure("invalid_argument", format!("{dest:?} is not ip:port")))?;
-        let timeout = timeout_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
-        let mut r = self.reactor.borrow_mut();
-        let call = {
-            let sock = r.socket()?;
-            match block {
-                true => sock.call_async(dest, payload(message), timeout),
-                false => sock.try_call_async(dest, payload(message), timeout),
-            }
-            .map_err(io_error)?
-        };
-        Ok(PromiseRaw::new(env.raw(), r.call(token, call)?))
+        let timeout = timeout_ms
+            .map(|ms| Duration::try_from_secs_f64(ms / 1000.0))
+            .transpose()
+            .map_err(|_| failure("RangeError", "timeoutMs must be a finite number >= 0"))?;
+        let promise = Reactor::call(&self.reactor, token, |sock| match block {
+            true => sock.call_async(dest, payload(message), timeout),
+            false => sock.try_call_async(dest, payload(message), timeout),
+        })?;
+        Ok(PromiseRaw::new(env.raw(), promise))
     }
 
     /// Resolves to the next request, `[handle, message, peer, id]` (an error of kind
-    /// `shutdown` once closed). `token` as
-    /// for [`call`](NativeSocket::call).
+    /// `shutdown` once closed). `token` as for [`call`](NativeSocket::call).
     #[napi]
     pub fn recv_request<'env>(
         &self,
         env: &'env Env,
         token: u32,
     ) -> Result<PromiseRaw<'env, Unknown<'env>>> {
-        Ok(PromiseRaw::new(env.raw(), self.reactor.borrow_mut().recv(token)?))
+        Ok(PromiseRaw::new(env.raw(), Reactor::recv(&self.reactor, token)?))
     }
 
     /// Aborts pending operation `token`: its promise rejects with kind `aborted` and a
     /// call's RPC is forgotten. Returns whether it was pending.
     #[napi]
     pub fn cancel(&self, token: u32) -> bool {
-        self.reactor.borrow_mut().cancel(token)
+        Reactor::cancel(&self.reactor, token)
     }
 
     /// Counters (homa-io's `Metrics`).
@@ -187,7 +193,7 @@ impl NativeSocket {
     /// Closes the socket: pending calls and receives reject (`shutdown`). Idempotent.
     #[napi]
     pub fn close(&self) {
-        self.reactor.borrow_mut().close(true);
+        Reactor::close(&self.reactor, true);
         reactor::forget_hook(&self.reactor);
     }
 }
@@ -199,13 +205,12 @@ impl std::fmt::Debug for NativeSocket {
 }
 
 impl Drop for NativeSocket {
-    /// Collected unclosed: nothing was pending (pending promises keep their socket alive
-    /// through `index.js`), so there is nobody to tell.
+    /// Collected unclosed (nothing was pending: a pending call's promise keeps its socket
+    /// alive through `index.js`): closed, while the environment lives; at its teardown,
+    /// the cleanup hook has closed it already.
     fn drop(&mut self) {
-        if let Ok(mut r) = self.reactor.try_borrow_mut() {
-            r.close(false);
-        }
         reactor::forget_hook(&self.reactor);
+        Reactor::close(&self.reactor, true);
     }
 }
 
@@ -219,7 +224,7 @@ pub struct NativeRequest {
 
 #[napi]
 impl NativeRequest {
-    /// Sends the response (read in place until the client has it). A second reply is an
+    /// Sends the response (copied below 64 KiB, else read in place). A second reply is an
     /// error.
     #[napi]
     pub fn reply(&self, message: Buffer) -> Result<()> {

@@ -184,6 +184,10 @@ struct Parked {
     waker: Waker,
 }
 
+/// A promise to settle, once the reactor is no longer borrowed: creating and settling
+/// promises can run JavaScript (async_hooks), which may call back into the socket.
+type Settle = (sys::napi_deferred, Done);
+
 /// A socket run by one JavaScript thread's event loop. Lives in an `Rc` shared by the
 /// `NativeSocket`, each open libuv handle and the environment's cleanup hook.
 pub(crate) struct Reactor {
@@ -211,6 +215,63 @@ pub(crate) struct Reactor {
 
 pub(crate) type Shared = Rc<RefCell<Reactor>>;
 
+/// A new promise and its deferred.
+fn promise(env: sys::napi_env) -> Result<(sys::napi_deferred, sys::napi_value)> {
+    let (mut deferred, mut promise) = (ptr::null_mut(), ptr::null_mut());
+    // SAFETY: on the JavaScript thread, with out-pointers to locals.
+    check(
+        unsafe { sys::napi_create_promise(env, &mut deferred, &mut promise) },
+        "napi_create_promise",
+    )?;
+    Ok((deferred, promise))
+}
+
+/// Resolves or rejects `deferred` with the outcome `done`.
+fn settle(env: sys::napi_env, (deferred, done): Settle) {
+    let value = match done {
+        Done::Response(Ok(v)) => buffer(env, v),
+        Done::Request(Ok(r)) => request(env, r),
+        Done::Response(Err(e)) | Done::Request(Err(e)) => {
+            return reject(env, deferred, io_error(e));
+        }
+    };
+    match value {
+        // SAFETY: the deferred is unsettled and ours; settling frees it.
+        Ok(v) => unsafe {
+            sys::napi_resolve_deferred(env, deferred, v);
+        },
+        Err(e) => reject(env, deferred, e),
+    }
+}
+
+fn reject(env: sys::napi_env, deferred: sys::napi_deferred, e: Error) {
+    // SAFETY: on the JavaScript thread; the deferred is unsettled and ours.
+    unsafe {
+        let error = JsError::from(e).into_value(env);
+        sys::napi_reject_deferred(env, deferred, error);
+    }
+}
+
+/// The async resource for a socket's callbacks: a reference to an object, and the context.
+fn async_resource(env: sys::napi_env) -> Result<(sys::napi_ref, sys::napi_async_context)> {
+    let (mut resource, mut name, mut object, mut context) =
+        (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+    let label = "homa.Socket";
+    // SAFETY: plain napi calls on the current environment with out-pointers to locals.
+    unsafe {
+        check(sys::napi_create_object(env, &mut object), "napi_create_object")?;
+        let (ptr, len) = (label.as_ptr().cast(), label.len() as isize);
+        check(sys::napi_create_string_utf8(env, ptr, len, &mut name), "napi_create_string_utf8")?;
+        check(sys::napi_async_init(env, object, name, &mut context), "napi_async_init")?;
+        let made = sys::napi_create_reference(env, object, 1, &mut resource);
+        if made != sys::Status::napi_ok {
+            sys::napi_async_destroy(env, context);
+        }
+        check(made, "napi_create_reference")?;
+    }
+    Ok((resource, context))
+}
+
 impl Reactor {
     /// Runs `socket` on the loop of `env`'s thread.
     pub(crate) fn start(
@@ -220,33 +281,39 @@ impl Reactor {
     ) -> Result<Shared> {
         let poller = socket.poller().map_err(io_error)?;
         let lp = event_loop(env)?;
-        let (mut resource, mut name, mut object, mut context) =
-            (ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
-        // SAFETY: plain napi calls on the current environment with out-pointers to locals.
-        unsafe {
-            check(sys::napi_create_object(env, &mut object), "napi_create_object")?;
-            check(
-                sys::napi_create_reference(env, object, 1, &mut resource),
-                "napi_create_reference",
-            )?;
-            let label = "homa.Socket";
-            check(
-                sys::napi_create_string_utf8(
-                    env,
-                    label.as_ptr().cast(),
-                    label.len() as isize,
-                    &mut name,
-                ),
-                "napi_create_string_utf8",
-            )?;
-            check(sys::napi_async_init(env, object, name, &mut context), "napi_async_init")?;
-        }
         let (poll, wake, idle) =
             (new_handle(uv::POLL), new_handle(uv::ASYNC), new_handle(uv::IDLE));
+        // SAFETY: fresh zeroed handles of the right sizes, initialised on the loop's own
+        // thread. One that fails to initialise is freed; those that did are closed.
+        unsafe {
+            let inits = [
+                uv::uv_poll_init(lp, poll, poller.fd()),
+                uv::uv_async_init(lp, wake, on_wake),
+                uv::uv_idle_init(lp, idle),
+            ];
+            if let Some(&rc) = inits.iter().find(|&&rc| rc != 0) {
+                for (h, rc) in [poll, wake, idle].into_iter().zip(inits) {
+                    match rc {
+                        0 => uv::uv_close(h, on_closed),
+                        _ => libc::free(h),
+                    }
+                }
+                return Err(Error::from_reason(format!("a libuv handle failed (error {rc})")));
+            }
+        }
         let ready = Arc::new(Ready {
             tokens: Mutex::new(Vec::new()),
             wake: Mutex::new(Some(SendHandle(wake))),
         });
+        let (resource, context) = match async_resource(env) {
+            Ok(r) => r,
+            Err(e) => {
+                *lock(&ready.wake) = None;
+                // SAFETY: initialised above; their data is still null.
+                unsafe { [poll, wake, idle].into_iter().for_each(|h| uv::uv_close(h, on_closed)) };
+                return Err(e);
+            }
+        };
         let reactor = Rc::new(RefCell::new(Reactor {
             env,
             socket: Some(socket),
@@ -261,27 +328,29 @@ impl Reactor {
             ready,
             parked: HashMap::new(),
             referenced: false,
-            hooked: true,
+            hooked: false,
         }));
-        let fd = reactor.borrow().poller.as_ref().map_or(-1, homa_io::Poller::fd);
-        // SAFETY: fresh zeroed handles of the right sizes, initialised on the loop's own
-        // thread; each holds one strong count of the reactor until its close callback.
+        // SAFETY: the handles are initialised; each now holds one strong count of the
+        // reactor, released by `on_closed` (so closing the reactor frees everything).
         unsafe {
-            let rc = check_uv(uv::uv_poll_init(lp, poll, fd), "uv_poll_init");
-            uv::uv_handle_set_data(poll, Rc::into_raw(Rc::clone(&reactor)) as *mut c_void);
-            rc?;
-            check_uv(uv::uv_poll_start(poll, uv::READABLE, on_readable), "uv_poll_start")?;
-            uv::uv_unref(poll);
-            let rc = check_uv(uv::uv_async_init(lp, wake, on_wake), "uv_async_init");
-            uv::uv_handle_set_data(wake, Rc::into_raw(Rc::clone(&reactor)) as *mut c_void);
-            rc?;
-            uv::uv_unref(wake);
-            let rc = check_uv(uv::uv_idle_init(lp, idle), "uv_idle_init");
-            uv::uv_handle_set_data(idle, Rc::into_raw(Rc::clone(&reactor)) as *mut c_void);
-            rc?;
-            uv::uv_unref(idle);
+            for h in [poll, wake, idle] {
+                uv::uv_handle_set_data(h, Rc::into_raw(Rc::clone(&reactor)) as *mut c_void);
+                uv::uv_unref(h);
+            }
+            let started =
+                check_uv(uv::uv_poll_start(poll, uv::READABLE, on_readable), "uv_poll_start");
             let hook = Rc::into_raw(Rc::clone(&reactor)) as *mut c_void;
-            check(sys::napi_add_env_cleanup_hook(env, Some(on_env_exit), hook), "cleanup hook")?;
+            let hooked = started.and_then(|()| {
+                check(sys::napi_add_env_cleanup_hook(env, Some(on_env_exit), hook), "cleanup hook")
+            });
+            match hooked {
+                Ok(()) => reactor.borrow_mut().hooked = true,
+                Err(e) => {
+                    Rc::decrement_strong_count(hook as *const RefCell<Reactor>);
+                    Reactor::close(&reactor, true);
+                    return Err(e);
+                }
+            }
         }
         Ok(reactor)
     }
@@ -294,31 +363,55 @@ impl Reactor {
         self.socket.is_none()
     }
 
-    /// A promise settled when `op` completes; `token` (the caller's, unique among the
-    /// pending) names it for [`Reactor::cancel`].
-    fn park(&mut self, token: u32, mut op: Op) -> Result<sys::napi_value> {
-        let (mut deferred, mut promise) = (ptr::null_mut(), ptr::null_mut());
-        // SAFETY: on the JavaScript thread, inside the call that asked for the promise.
-        check(
-            unsafe { sys::napi_create_promise(self.env, &mut deferred, &mut promise) },
-            "napi_create_promise",
-        )?;
-        let waker = Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&self.ready), token }));
-        match op.poll(&waker) {
-            Some(done) => self.settle(deferred, done),
-            None => {
-                self.parked.insert(token, Parked { op, deferred, waker });
-                self.keep_alive();
+    /// A promise settled when the operation `start` begins on the socket completes;
+    /// `token` (the caller's, unique among the pending) names it for [`Reactor::cancel`].
+    fn park(
+        this: &Shared,
+        token: u32,
+        start: impl FnOnce(&homa_io::Socket) -> Result<Op>,
+    ) -> Result<sys::napi_value> {
+        let (env, mut op) = {
+            let r = this.borrow();
+            (r.env, start(r.socket()?)?)
+        };
+        let (deferred, promise) = promise(env)?;
+        let now = {
+            let mut r = this.borrow_mut();
+            let waker = Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&r.ready), token }));
+            match op.poll(&waker) {
+                Some(done) => Some((deferred, done)),
+                // Closed while the promise was made (by JavaScript it ran).
+                None if r.is_closed() => {
+                    Some((deferred, Done::Response(Err(homa_io::Error::Shutdown))))
+                }
+                None => {
+                    r.parked.insert(token, Parked { op, deferred, waker });
+                    if matches!(r.parked[&token].op, Op::Call(_)) {
+                        r.stay_awake();
+                    }
+                    r.keep_alive();
+                    None
+                }
             }
+        };
+        if let Some(s) = now {
+            settle(env, s);
         }
         Ok(promise)
     }
 
-    /// Starts a call: its promise resolves to the response.
-    pub(crate) fn call(&mut self, token: u32, call: homa_io::Call) -> Result<sys::napi_value> {
-        let promise = self.park(token, Op::Call(call));
-        self.stay_awake();
-        promise
+    /// Starts a call (`start` sends it): its promise resolves to the response.
+    pub(crate) fn call(
+        this: &Shared,
+        token: u32,
+        start: impl FnOnce(&homa_io::Socket) -> homa_io::Result<homa_io::Call>,
+    ) -> Result<sys::napi_value> {
+        Reactor::park(this, token, |s| start(s).map(Op::Call).map_err(io_error))
+    }
+
+    /// Waits for a request: its promise resolves to `[handle, message, peer, id]`.
+    pub(crate) fn recv(this: &Shared, token: u32) -> Result<sys::napi_value> {
+        Reactor::park(this, token, |s| Ok(Op::Recv(s.recv_request_async())))
     }
 
     /// Busy-polls for the next `spin`, if busy polling is on and anything is pending.
@@ -343,58 +436,34 @@ impl Reactor {
         }
     }
 
-    /// Waits for a request: its promise resolves to a `NativeRequest`.
-    pub(crate) fn recv(&mut self, token: u32) -> Result<sys::napi_value> {
-        let recv = self.socket()?.recv_request_async();
-        self.park(token, Op::Recv(recv))
-    }
-
     /// Aborts parked operation `token` (a call's RPC is forgotten) and rejects its promise
     /// with `aborted`. Returns whether it was still pending.
-    pub(crate) fn cancel(&mut self, token: u32) -> bool {
-        let Some(p) = self.parked.remove(&token) else { return false };
+    pub(crate) fn cancel(this: &Shared, token: u32) -> bool {
+        let (env, parked) = {
+            let mut r = this.borrow_mut();
+            let parked = r.parked.remove(&token);
+            r.keep_alive();
+            (r.env, parked)
+        };
+        let Some(p) = parked else { return false };
         drop(p.op);
-        self.reject(p.deferred, failure("aborted", "the call was aborted"));
-        self.keep_alive();
+        reject(env, p.deferred, failure("aborted", "the call was aborted"));
         true
     }
 
-    /// Settles the promises whose futures were woken.
-    fn dispatch(&mut self) {
+    /// The parked operations whose futures were woken and are done.
+    fn take_done(&mut self) -> Vec<Settle> {
         let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
+        let mut done = Vec::new();
         for token in tokens {
             let Some(p) = self.parked.get_mut(&token) else { continue };
-            if let Some(done) = p.op.poll(&p.waker) {
+            if let Some(d) = p.op.poll(&p.waker) {
                 let p = self.parked.remove(&token).expect("present");
-                self.settle(p.deferred, done);
+                done.push((p.deferred, d));
             }
         }
         self.keep_alive();
-    }
-
-    fn settle(&self, deferred: sys::napi_deferred, done: Done) {
-        let value = match done {
-            Done::Response(Ok(v)) => buffer(self.env, v),
-            Done::Request(Ok(r)) => request(self.env, r),
-            Done::Response(Err(e)) | Done::Request(Err(e)) => {
-                return self.reject(deferred, io_error(e));
-            }
-        };
-        match value {
-            // SAFETY: the deferred is unsettled and ours; settling frees it.
-            Ok(v) => unsafe {
-                sys::napi_resolve_deferred(self.env, deferred, v);
-            },
-            Err(e) => self.reject(deferred, e),
-        }
-    }
-
-    fn reject(&self, deferred: sys::napi_deferred, e: Error) {
-        // SAFETY: on the JavaScript thread; the deferred is unsettled and ours.
-        unsafe {
-            let error = JsError::from(e).into_value(self.env);
-            sys::napi_reject_deferred(self.env, deferred, error);
-        }
+        done
     }
 
     /// References the poll handle while promises are pending, so the process waits for
@@ -408,39 +477,46 @@ impl Reactor {
         }
     }
 
-    /// Closes the socket: stops watching it, shuts it down and, when `settle`, rejects the
-    /// pending promises with `shutdown` (not while the environment is being torn down).
-    /// Idempotent.
-    pub(crate) fn close(&mut self, settle: bool) {
-        let Some(socket) = self.socket.take() else { return };
-        // SAFETY: the handles are open (the socket was); the close callbacks free them.
-        unsafe {
-            uv::uv_poll_stop(self.poll);
-            *lock(&self.ready.wake) = None;
-            uv::uv_close(self.poll, on_closed);
-            uv::uv_close(self.wake, on_closed);
-            uv::uv_close(self.idle, on_closed);
-        }
-        self.spin_until = None;
-        self.poller = None;
-        socket.shutdown();
-        for (_, p) in std::mem::take(&mut self.parked) {
-            if settle {
-                self.reject(p.deferred, failure("shutdown", "the socket is closed"));
+    /// Closes the socket: stops watching it, shuts it down and, while the environment
+    /// lives (`env_alive`), rejects the pending promises with `shutdown` and frees the
+    /// async resource. Idempotent.
+    pub(crate) fn close(this: &Shared, env_alive: bool) {
+        let (env, parked) = {
+            let Ok(mut r) = this.try_borrow_mut() else { return };
+            let Some(socket) = r.socket.take() else { return };
+            // SAFETY: the handles are open (the socket was); the close callbacks free them.
+            unsafe {
+                uv::uv_poll_stop(r.poll);
+                *lock(&r.ready.wake) = None;
+                uv::uv_close(r.poll, on_closed);
+                uv::uv_close(r.wake, on_closed);
+                uv::uv_close(r.idle, on_closed);
             }
-        }
-        // SAFETY: created in `start` on this environment; freed once.
-        unsafe {
-            if settle {
-                sys::napi_async_destroy(self.env, self.context);
-                sys::napi_delete_reference(self.env, self.resource);
+            r.spin_until = None;
+            r.poller = None;
+            socket.shutdown();
+            if env_alive {
+                // SAFETY: created in `start` on this environment; freed once (the socket
+                // was open).
+                unsafe {
+                    sys::napi_async_destroy(r.env, r.context);
+                    sys::napi_delete_reference(r.env, r.resource);
+                }
+            }
+            (r.env, std::mem::take(&mut r.parked))
+        };
+        for (_, p) in parked {
+            drop(p.op);
+            if env_alive {
+                reject(env, p.deferred, failure("shutdown", "the socket is closed"));
             }
         }
     }
 
-    /// Drives the socket and settles what completed, inside a callback scope so that
-    /// promise reactions (microtasks) run when it ends, as after any libuv callback.
-    fn turn(this: &Shared, drive: bool) {
+    /// Drives the socket (after reading its error queue, when libuv saw an error
+    /// condition) and settles what completed, inside a callback scope so that promise
+    /// reactions (microtasks) run when it ends, as after any libuv callback.
+    fn turn(this: &Shared, drive: bool, errored: bool) {
         let (env, resource, context) = {
             let r = this.borrow();
             if r.is_closed() {
@@ -457,18 +533,27 @@ impl Reactor {
             sys::napi_get_reference_value(env, resource, &mut object);
             sys::napi_open_callback_scope(env, object, context, &mut scope);
         }
-        {
+        let done = {
             let mut r = this.borrow_mut();
-            if drive {
-                let ready = Arc::as_ptr(&r.ready);
-                DRIVING.with(|d| d.set(ready));
-                let got = r.poller.as_ref().map_or(0, homa_io::Poller::drive);
-                DRIVING.with(|d| d.set(ptr::null()));
-                if got > 0 {
-                    r.stay_awake();
+            let ready = Arc::as_ptr(&r.ready);
+            DRIVING.with(|d| d.set(ready));
+            let mut got = 0;
+            if let Some(p) = &r.poller {
+                if errored {
+                    p.read_errors();
+                }
+                if drive {
+                    got = p.drive();
                 }
             }
-            r.dispatch();
+            DRIVING.with(|d| d.set(ptr::null()));
+            if got > 0 {
+                r.stay_awake();
+            }
+            r.take_done()
+        };
+        for s in done {
+            settle(env, s);
         }
         // SAFETY: the scopes opened above; closing the callback scope runs microtasks,
         // which may call back into the reactor (it is no longer borrowed).
@@ -540,7 +625,7 @@ fn check_uv(rc: c_int, what: &str) -> Result<()> {
 /// The reactor a handle's data points to (without taking its strong count).
 ///
 /// # Safety
-/// `h` is one of a reactor's open handles.
+/// `h` is one of a reactor's open handles, its data set.
 unsafe fn reactor_of(h: uv::Handle) -> Shared {
     // SAFETY: the data is an `Rc::into_raw` of the reactor, alive until `on_closed`.
     unsafe {
@@ -550,14 +635,22 @@ unsafe fn reactor_of(h: uv::Handle) -> Shared {
     }
 }
 
-unsafe extern "C" fn on_readable(h: uv::Handle, _status: c_int, _events: c_int) {
+unsafe extern "C" fn on_readable(h: uv::Handle, status: c_int, _events: c_int) {
     // SAFETY: libuv calls this for our open poll handle.
-    Reactor::turn(&unsafe { reactor_of(h) }, true);
+    let reactor = unsafe { reactor_of(h) };
+    // An error condition (a refused datagram, queued with the socket's errors): libuv has
+    // stopped the handle. Read the errors, then watch again.
+    let errored = status < 0;
+    Reactor::turn(&reactor, true, errored);
+    if errored && !reactor.borrow().is_closed() {
+        // SAFETY: the handle is open while the socket is.
+        unsafe { uv::uv_poll_start(h, uv::READABLE, on_readable) };
+    }
 }
 
 unsafe extern "C" fn on_wake(h: uv::Handle) {
     // SAFETY: libuv calls this for our open async handle.
-    Reactor::turn(&unsafe { reactor_of(h) }, false);
+    Reactor::turn(&unsafe { reactor_of(h) }, false, false);
 }
 
 unsafe extern "C" fn on_idle(h: uv::Handle) {
@@ -569,9 +662,13 @@ unsafe extern "C" fn on_idle(h: uv::Handle) {
 }
 
 unsafe extern "C" fn on_closed(h: uv::Handle) {
-    // SAFETY: the handle is closed: release its count of the reactor and its memory.
+    // SAFETY: the handle is closed: release its count of the reactor (if it was given
+    // one) and its memory.
     unsafe {
-        drop(Rc::from_raw(uv::uv_handle_get_data(h) as *const RefCell<Reactor>));
+        let data = uv::uv_handle_get_data(h) as *const RefCell<Reactor>;
+        if !data.is_null() {
+            drop(Rc::from_raw(data));
+        }
         libc::free(h);
     }
 }
@@ -580,9 +677,8 @@ unsafe extern "C" fn on_env_exit(arg: *mut c_void) {
     // SAFETY: `arg` is the count `start` gave the hook; the environment is going away, so
     // promises are not settled.
     let reactor = unsafe { Rc::from_raw(arg as *const RefCell<Reactor>) };
-    let mut r = reactor.borrow_mut();
-    r.hooked = false;
-    r.close(false);
+    reactor.borrow_mut().hooked = false;
+    Reactor::close(&reactor, false);
 }
 
 /// Removes the cleanup hook after an ordinary close (the hook holds a count).

@@ -259,6 +259,8 @@ test('Endpoint arguments are checked in JavaScript terms', () => {
   assert.throws(() => ep.handleTimeout(-1n), RangeError);
   assert.throws(() => ep.sendRequest(0, 32768, 'nowhere', 1, Buffer.from('x')), TypeError);
   assert.throws(() => ep.sendRequest(0, 32768, '10.0.0.1:1', 1, 'text'), TypeError);
+  assert.throws(() => ep.handlePacket(0, 1234, Buffer.alloc(40)), TypeError);
+  assert.throws(() => ep.discard('not an rpc'), TypeError);
   assert.throws(() => new homa.Endpoint({ mtu: 10 }), (e) => e instanceof homa.HomaError && e.kind === 'config');
   assert.throws(() => new homa.Endpoint({ no_such_field: 1 }), /unknown option/);
   const port = ep.bindEphemeral();

@@ -111,13 +111,25 @@ test('busy polling: calls complete; the option is checked', async () => {
   await assert.rejects(homa.open({ busyPollMs: '1' }), TypeError);
 });
 
-test('a closed port is refused at once', async () => {
-  const client = await homa.open({ host: LOCAL });
-  await assert.rejects(client.call(`${LOCAL}:${freePort()}`, Buffer.from('anyone?'), { timeoutMs: 5000 }), {
-    code: 'ECONNREFUSED',
-    kind: 'unreachable',
-  });
+test('a closed port is refused at once, and the socket goes on', async () => {
+  const client = await homa.open({ host: LOCAL, ...PATIENT });
+  for (let i = 0; i < 3; i++) {
+    await assert.rejects(client.call(`${LOCAL}:${freePort()}`, Buffer.from('anyone?'), { timeoutMs: 5000 }), {
+      code: 'ECONNREFUSED',
+      kind: 'unreachable',
+    });
+  }
+  // The refusals left error conditions on the socket; it still receives at once (the
+  // event loop, not the driver thread's timer, takes the response: a minute-long tick
+  // would leave it waiting).
+  const { server, serving } = await echoServer();
+  const slow = await homa.open({ host: LOCAL, tick_usecs: 60_000_000 });
+  await assert.rejects(slow.call(`${LOCAL}:${freePort()}`, Buffer.from('x'), { timeoutMs: 5000 }), { kind: 'unreachable' });
+  assert.equal((await slow.call(server.localAddr, Buffer.from('still here'), { timeoutMs: 5000 })).toString(), 'still here');
+  slow.close();
   client.close();
+  server.close();
+  await serving;
 });
 
 test('close fails pending calls and ends requests()', async () => {
@@ -254,6 +266,7 @@ test('bad arguments throw TypeError or RangeError saying what was expected', asy
   await assert.rejects(client.call(`${LOCAL}:70000`, Buffer.from('x')), { name: 'RangeError' });
   await assert.rejects(client.call(dest, Buffer.from('x'), { timeoutMs: 'soon' }), { name: 'TypeError' });
   await assert.rejects(client.call(dest, Buffer.from('x'), { timeoutMs: -1 }), { name: 'RangeError' });
+  await assert.rejects(client.call(dest, Buffer.from('x'), { timeoutMs: Infinity }), { name: 'RangeError' });
   await assert.rejects(client.call(dest, Buffer.from('x'), { signal: 'stop' }), { name: 'TypeError' });
   await assert.rejects(client.call(dest, Buffer.alloc(1_000_001)), { name: 'HomaError', code: 'EMSGSIZE', message: /max_message_length/ });
   for (const port of [0, -1, 32768, 70000]) {

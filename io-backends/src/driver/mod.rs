@@ -402,6 +402,15 @@ impl Shared {
         got
     }
 
+    /// The attached event loop saw an error condition on the transport: reads the socket's
+    /// error queue (ICMP errors), fails the RPCs of peers found unreachable, wakes them.
+    pub(crate) fn read_errors(&self) {
+        let mut inner = self.lock();
+        inner.read_errors();
+        inner.settle(false);
+        self.release(inner);
+    }
+
     /// Blocks until a request is queued; `Error::TimedOut` after `timeout`.
     pub(crate) fn next_request(&self, timeout: Option<Duration>) -> Result<Incoming> {
         let end = timeout.map(|t| std::time::Instant::now() + t);

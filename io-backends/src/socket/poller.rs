@@ -34,6 +34,13 @@ impl Poller {
     pub fn drive(&self) -> usize {
         self.shared.drive()
     }
+
+    /// Reads the errors queued on the socket (ICMP port or host unreachable: the calls to
+    /// that peer fail). Call when the loop reports an error condition on [`fd`](Poller::fd)
+    /// (`EPOLLERR`), which stays until the queue is read.
+    pub fn read_errors(&self) {
+        self.shared.read_errors();
+    }
 }
 
 impl AsRawFd for Poller {
