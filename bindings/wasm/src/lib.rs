@@ -39,7 +39,7 @@ export type EndpointEvent =
   | { type: 'rpc_failed'; id: bigint; cookie: bigint; reason: 'timeout' | 'unreachable' | 'port_closed' };
 /** `simulate`'s options. */
 export interface SimulateOptions {
-  workload?: 'w1' | 'w2' | 'w3' | 'w4' | 'w5'; load?: number; hosts?: number; messages?: number;
+  workload?: 'w1' | 'w2' | 'w3' | 'w4' | 'w5' | { name?: string; cdf: string }; load?: number; hosts?: number; messages?: number;
   seed?: number; oracle?: boolean; mode?: 'oneway' | 'rpc';
 }
 "#;

@@ -8,7 +8,7 @@ use wasm_bindgen::prelude::*;
 use crate::{failure, range_error, set, type_error, value};
 
 /// Runs the simulator (homa-sim, the paper's setup): `options` picks `workload` ('w1' to
-/// 'w5'), `load` (0 to 1), `hosts`, `messages`, `seed`, `oracle` and `mode` ('oneway' or
+/// 'w5', or `{ name, cdf }` with a CDF's text), `load` (0 to 1), `hosts`, `messages`, `seed`, `oracle` and `mode` ('oneway' or
 /// 'rpc'); `onProgress({ now, done, total })` is called as it goes and once at the end.
 /// Returns the report
 /// (`homa sim --json`'s object).
@@ -49,11 +49,27 @@ pub(crate) fn sim_config(options: &Object) -> Result<SimConfig, JsValue> {
             )));
         }
     }
-    let name = o.get("workload").and_then(Value::as_str).unwrap_or("w4");
-    let workload = Workload::builtin(name).ok_or_else(|| {
-        let names: Vec<_> = Workload::builtin_names().collect();
-        range_error(format!("workload must be one of {}, not {name:?}", names.join(", ")))
-    })?;
+    let workload = match o.get("workload") {
+        None | Some(Value::Null) => Workload::builtin("w4").expect("built in"),
+        Some(Value::Str(name)) => Workload::builtin(name).ok_or_else(|| {
+            let names: Vec<_> = Workload::builtin_names().collect();
+            range_error(format!(
+                "workload must be one of {}, or {{ name, cdf }}, not {name:?}",
+                names.join(", ")
+            ))
+        })?,
+        // A CDF as data: `size cumulative_probability` lines, as in a workload file.
+        Some(Value::Map(w)) => {
+            let name = w.get("name").and_then(Value::as_str).unwrap_or("custom");
+            let cdf = w.get("cdf").and_then(Value::as_str).ok_or_else(|| {
+                type_error(
+                    "workload.cdf must be the CDF's text: `size cumulative_probability` lines",
+                )
+            })?;
+            Workload::parse(name, cdf).map_err(|e| failure("workload", e))?
+        }
+        Some(_) => return Err(type_error("workload must be 'w1' to 'w5' or { name, cdf }")),
+    };
     let number = |key: &str| match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Int(i)) => Ok(Some(*i as f64)),

@@ -89,4 +89,9 @@ test('the simulator runs in wasm: slowdown per size bin, and the oracle beside i
     assert.ok(b.oracle_p99 >= 1, JSON.stringify(b));
   }
   assert.equal(report.measured.completed, 2000);
+  // A workload given as data: half 100-byte, half 10,000-byte messages.
+  const custom = homa.simulate({ workload: { name: 'two', cdf: '100 0.5\n10000 1\n' }, load: 0.5, hosts: 4, messages: 300 });
+  assert.equal(custom.workload, 'two');
+  assert.equal(custom.measured.completed, 300);
+  assert.throws(() => homa.simulate({ workload: { cdf: '100 0.5\n' } }), (e) => e.kind === 'workload');
 });
