@@ -120,6 +120,39 @@ fn loop_only() -> Config {
     Config { tick_usecs: 60_000_000, link_mbps: 1_000_000, ..Config::default() }
 }
 
+/// While corked, a socket sends nothing; uncorked, what waited leaves together: the three
+/// equal-sized requests in one system call (one UDP GSO send).
+#[test]
+fn corked_sends_leave_together() {
+    let builder = Socket::builder().config(loop_only());
+    let server = bind_server(builder.clone(), loopback_v4());
+    let client = builder.client(loopback_v4()).unwrap();
+    let (sp, cp) = (server.poller().unwrap(), client.poller().unwrap());
+    let sent = |s: &Socket| s.metrics().transport.tx_calls;
+    let before = sent(&client);
+    cp.cork();
+    let calls: Vec<_> = (0..3u8)
+        .map(|i| client.call_async(server.local_addr(), vec![i; 100], None).unwrap())
+        .collect();
+    assert_eq!(sent(&client), before, "sent while corked");
+    let mut fd = libc::pollfd { fd: sp.fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd; nothing may arrive.
+    unsafe { libc::poll(&mut fd, 1, 50) };
+    assert_eq!(fd.revents, 0, "the server received while the client was corked");
+    cp.uncork();
+    assert_eq!(sent(&client), before + 1, "three equal-sized requests, one system call");
+    let mut requests = Vec::new();
+    while requests.len() < 3 {
+        turn(&[&sp]);
+        while let Some(r) = server.try_recv_request().unwrap() {
+            requests.push(r.message().to_vec());
+        }
+    }
+    requests.sort();
+    assert_eq!(requests, [vec![0; 100], vec![1; 100], vec![2; 100]]);
+    drop(calls);
+}
+
 /// A refused datagram leaves an error condition on the socket (POLLERR, which an event loop
 /// sees instead of readability); `read_errors` takes it and fails the call to that peer.
 #[test]

@@ -101,6 +101,8 @@ pub(crate) struct Inner {
     pub(crate) warnings: Vec<String>,
     /// Whether the warning about messages over `max_message_length` was given.
     warned_too_long: bool,
+    /// Sends wait in the send batch until [`Shared::uncork`] (see `Poller::cork`).
+    corked: bool,
 }
 
 /// What API threads and the driver thread share.
@@ -238,6 +240,7 @@ impl Shared {
             alarm: Alarm::new(timer.as_raw_fd(), origin, tick_ns),
             warnings: Vec::new(),
             warned_too_long: false,
+            corked: false,
             allow,
             now: 0,
             counters: DriverCounters::default(),
@@ -400,6 +403,20 @@ impl Shared {
         inner.settle(true);
         self.release(inner);
         got
+    }
+
+    /// Holds sends back: packets wait in the send batch (sent when it fills) until
+    /// [`uncork`](Shared::uncork).
+    pub(crate) fn cork(&self) {
+        self.lock().corked = true;
+    }
+
+    /// Sends what waits in the send batch, and sends at once again.
+    pub(crate) fn uncork(&self) {
+        let mut inner = self.lock();
+        inner.corked = false;
+        inner.flush();
+        self.release(inner);
     }
 
     /// The attached event loop saw an error condition on the transport: reads the socket's

@@ -125,7 +125,9 @@ impl Inner {
                 continue;
             }
             self.alarm.arm(next, self.now);
-            self.flush();
+            if !self.corked {
+                self.flush();
+            }
             if self.feed_unreachable() {
                 continue; // refused sends: the endpoint has more to say
             }

@@ -35,6 +35,21 @@ impl Poller {
         self.shared.drive()
     }
 
+    /// Holds this socket's sends back until [`uncork`](Poller::uncork): the packets of
+    /// calls started and responses sent meanwhile (from any thread) wait, then leave
+    /// together: `sendmmsg` batches, and runs of equal-sized packets to one peer as one
+    /// UDP GSO send. For an event loop's turn: cork before settling what
+    /// [`drive`](Poller::drive) completed, uncork when the code that ran is done; nothing
+    /// else sends them meanwhile (a full batch is sent anyway).
+    pub fn cork(&self) {
+        self.shared.cork();
+    }
+
+    /// Sends what [`cork`](Poller::cork) held back, and sends at once again.
+    pub fn uncork(&self) {
+        self.shared.uncork();
+    }
+
     /// Reads the errors queued on the socket (ICMP port or host unreachable: the calls to
     /// that peer fail). Call when the loop reports an error condition on [`fd`](Poller::fd)
     /// (`EPOLLERR`), which stays until the queue is read.

@@ -19,8 +19,8 @@ const GSO_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65_000;
 
 /// Sends `batch` with `sendmmsg` and clears it; each datagram is its slot's bytes and its
-/// tail (two iovecs). With `gso`, runs of full-size datagrams to one peer at one priority
-/// go as one UDP GSO message; if the kernel refuses that, `gso` is turned off and they go
+/// tail (two iovecs). With `gso`, runs of equal-sized datagrams to one peer at one
+/// priority go as one UDP GSO message; if the kernel refuses that, `gso` is turned off and they go
 /// one by one. A refused datagram is dropped and counted; if its destination is
 /// unreachable it is reported. A pending socket error (an ICMP error about an earlier
 /// packet) is read from the error queue and the message is retried once.
@@ -79,21 +79,25 @@ fn send_lone(fd: RawFd, batch: &Batch, r: &mut Reports<'_>) -> bool {
     false
 }
 
-/// How many datagrams from `first` on can go as one GSO message.
-fn run_len(batch: &Batch, first: usize) -> usize {
+/// How many datagrams from `first` on can go as one GSO message, and their segment size:
+/// datagrams to one peer at one priority, each as long as the first (the last may be
+/// shorter), e.g. the full-size packets of a message or the one-packet responses of many
+/// RPCs to one client.
+fn run_len(batch: &Batch, first: usize) -> (usize, usize) {
     let (head, _) = batch.get(first);
-    let max = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / batch.slot_len()).max(1);
+    let segment = batch.datagram_len(first);
+    let max = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / segment.max(1)).max(1);
     let mut n = 1;
     while first + n < batch.len() && n < max {
-        // Every segment but the last must be full.
         let (d, _) = batch.get(first + n);
-        let full = batch.datagram_len(first + n - 1) == batch.slot_len();
-        if !full || d.addr != head.addr || d.priority != head.priority {
+        let same = batch.datagram_len(first + n - 1) == segment;
+        let fits = batch.datagram_len(first + n) <= segment;
+        if !same || !fits || d.addr != head.addr || d.priority != head.priority {
             break;
         }
         n += 1;
     }
-    n
+    (n, segment)
 }
 
 /// Sends up to a scratch-full of messages starting at datagram `first`; returns the first
@@ -111,7 +115,8 @@ fn send_some(
     while n < s.hdrs.len() && k < batch.len() {
         // Two iovecs a datagram: its slot's bytes, and its tail if it has one.
         let room = (s.iovs.len() - v) / 2;
-        let count = if *gso { run_len(batch, k) } else { 1 }.min(room);
+        let (count, segment) = if *gso { run_len(batch, k) } else { (1, 0) };
+        let count = count.min(room);
         if count == 0 {
             break;
         }
@@ -133,7 +138,7 @@ fn send_some(
         msg.msg_iovlen = v - first_iov;
         msg.msg_control = s.cmsgs[n].0.as_mut_ptr().cast();
         msg.msg_flags = 0;
-        let segment = (count > 1).then_some(batch.slot_len() as u16);
+        let segment = (count > 1).then_some(segment as u16);
         // SAFETY: msg_control points to this message's own CmsgBuf, which lives in the
         // scratch for the whole call.
         unsafe { set_cmsgs(msg, v6, d.priority, segment) };
@@ -233,11 +238,13 @@ mod tests {
     use crate::transport::Datagram;
 
     #[test]
-    fn gso_runs_are_full_packets_to_one_peer_at_one_priority() {
+    fn gso_runs_are_equal_sized_packets_to_one_peer_at_one_priority() {
         let (a, b): (SocketAddr, SocketAddr) =
             ("1.1.1.1:1".parse().unwrap(), "2.2.2.2:2".parse().unwrap());
-        let mut batch = Batch::new(8, 100);
-        // full a, full a, short a | full a | full b, full b | full b at another priority
+        let mut batch = Batch::new(12, 100);
+        // full a, full a, short a | full a | full b, full b | full b at another priority |
+        // small a, small a, smaller a | small a: one-packet messages of many RPCs
+        // (shorter than the slot) go together too
         for (addr, len, priority) in [
             (a, 100, 6),
             (a, 100, 6),
@@ -246,13 +253,19 @@ mod tests {
             (b, 100, 6),
             (b, 100, 6),
             (b, 100, 7),
+            (a, 30, 6),
+            (a, 30, 6),
+            (a, 20, 6),
+            (a, 30, 6),
         ] {
             batch.push(Datagram { addr, len, priority, segment: 0 });
         }
-        assert_eq!(run_len(&batch, 0), 3);
-        assert_eq!(run_len(&batch, 3), 1);
-        assert_eq!(run_len(&batch, 4), 2);
-        assert_eq!(run_len(&batch, 6), 1);
+        assert_eq!(run_len(&batch, 0), (3, 100));
+        assert_eq!(run_len(&batch, 3), (1, 100));
+        assert_eq!(run_len(&batch, 4), (2, 100));
+        assert_eq!(run_len(&batch, 6), (1, 100));
+        assert_eq!(run_len(&batch, 7), (3, 30));
+        assert_eq!(run_len(&batch, 10), (1, 30));
     }
 
     /// Gathered DATA (headers in the slot, message bytes in the tail) is full when slot and
@@ -273,7 +286,7 @@ mod tests {
         }
         let lens: Vec<usize> = (0..batch.len()).map(|i| batch.datagram_len(i)).collect();
         assert_eq!(lens, [1480, 1479, 1480, 1480, 208]);
-        assert_eq!(run_len(&batch, 0), 2, "a datagram one byte short ends its run");
-        assert_eq!(run_len(&batch, 2), 3);
+        assert_eq!(run_len(&batch, 0), (2, 1480), "a datagram one byte short ends its run");
+        assert_eq!(run_len(&batch, 2), (3, 1480));
     }
 }
