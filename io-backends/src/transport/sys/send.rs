@@ -20,8 +20,8 @@ const GSO_MAX_BYTES: usize = 65_000;
 
 /// Sends `batch` with `sendmmsg` and clears it; each datagram is its slot's bytes and its
 /// tail (two iovecs). With `gso`, runs of equal-sized datagrams to one peer at one
-/// priority go as one UDP GSO message; if the kernel refuses that, `gso` is turned off and they go
-/// one by one. A refused datagram is dropped and counted; if its destination is
+/// priority go as one UDP GSO message; if the kernel refuses that, `gso` is turned off and
+/// they go one by one. A refused datagram is dropped and counted; if its destination is
 /// unreachable it is reported. A pending socket error (an ICMP error about an earlier
 /// packet) is read from the error queue and the message is retried once.
 pub(in crate::transport) fn send_batch(
