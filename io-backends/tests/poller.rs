@@ -151,6 +151,13 @@ fn corked_sends_leave_together() {
     requests.sort();
     assert_eq!(requests, [vec![0; 100], vec![1; 100], vec![2; 100]]);
     drop(calls);
+    // A loop that goes away corked leaves nothing held back.
+    cp.cork();
+    let call = client.call_async(server.local_addr(), vec![3; 100], None).unwrap();
+    let held = sent(&client);
+    drop(cp);
+    assert_eq!(sent(&client), held + 1, "dropping the corked poller sent nothing");
+    drop(call);
 }
 
 /// A refused datagram leaves an error condition on the socket (POLLERR, which an event loop

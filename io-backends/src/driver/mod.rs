@@ -378,6 +378,9 @@ impl Shared {
         let mut inner = self.lock();
         let watch = inner.receiver.detach();
         self.apply(&mut inner, watch);
+        // A loop gone between cork and uncork leaves nothing held back.
+        inner.corked = false;
+        inner.settle(false);
         self.release(inner);
     }
 
@@ -415,7 +418,7 @@ impl Shared {
     pub(crate) fn uncork(&self) {
         let mut inner = self.lock();
         inner.corked = false;
-        inner.flush();
+        inner.settle(false); // sends, and hands the endpoint what the sends were refused
         self.release(inner);
     }
 
@@ -520,6 +523,7 @@ impl Shared {
         } else {
             inner.receiver.close();
             inner.to_wake.kick = true; // a leader waiting in `poll` must see it
+            inner.corked = false; // what a loop's last turn sent goes out before the end
             inner.fail_all();
             inner.calls.requests.clear();
             let wakers = mem::take(&mut inner.calls.request_wakers);

@@ -40,7 +40,9 @@ impl Poller {
     /// together: `sendmmsg` batches, and runs of equal-sized packets to one peer as one
     /// UDP GSO send. For an event loop's turn: cork before settling what
     /// [`drive`](Poller::drive) completed, uncork when the code that ran is done; nothing
-    /// else sends them meanwhile (a full batch is sent anyway).
+    /// else sends them meanwhile (a full batch is sent anyway), so nothing may block on
+    /// this socket while it is corked. Dropping the `Poller` or shutting the socket down
+    /// sends what waits.
     pub fn cork(&self) {
         self.shared.cork();
     }

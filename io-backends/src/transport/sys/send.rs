@@ -193,8 +193,9 @@ fn send_some(
                 retried = true;
             }
             _ if pending && !retried => retried = true,
+            // (EINVAL for a datagram to port 0 is about that destination, not about GSO.)
             libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT | libc::EOPNOTSUPP
-                if count > 1 =>
+                if count > 1 && batch.get(start).0.addr.port() != 0 =>
             {
                 *gso = false;
                 tracing::info!("UDP GSO refused ({err}); sending datagrams one by one");
