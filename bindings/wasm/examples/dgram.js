@@ -17,21 +17,30 @@ const now = () => Number(process.hrtime.bigint() - start);
 function attach(ep, onEvent) {
   const sock = dgram.createSocket('udp4');
   let timer = null;
+  let stopped = false;
   let sent = 0;
   let dropped = 0;
+  // The driving rule: after any input, drain packets and events until both run dry (an
+  // event's handler may send), then sleep until the endpoint's next deadline.
   const drive = () => {
-    const t = now();
-    for (let p; (p = ep.pollTransmit(t)) !== null;) {
-      if (++sent % DROP_EVERY === 0) {
-        dropped++;
-        continue;
+    for (let busy = true; busy && !stopped;) {
+      busy = false;
+      for (let p; (p = ep.pollTransmit(now())) !== null;) {
+        busy = true;
+        if (++sent % DROP_EVERY === 0) {
+          dropped++;
+          continue;
+        }
+        const [host, port] = p.to.split(':');
+        sock.send(p.data, Number(port), host);
       }
-      const [host, port] = p.to.split(':');
-      sock.send(p.data, Number(port), host);
+      for (let e; !stopped && (e = ep.pollEvent()) !== null;) {
+        busy = true;
+        onEvent(e);
+      }
     }
-    for (let e; (e = ep.pollEvent()) !== null;) onEvent(e);
     clearTimeout(timer);
-    const next = ep.pollTimeout();
+    const next = stopped ? null : ep.pollTimeout();
     if (next !== null) {
       timer = setTimeout(() => {
         ep.handleTimeout(now());
@@ -47,7 +56,12 @@ function attach(ep, onEvent) {
     }
     drive();
   });
-  return { sock, drive, stats: () => ({ sent, dropped }), stop: () => { clearTimeout(timer); sock.close(); } };
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+    sock.close();
+  };
+  return { sock, drive, stats: () => ({ sent, dropped }), stop };
 }
 
 function server() {

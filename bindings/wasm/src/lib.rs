@@ -67,6 +67,9 @@ fn uint(v: f64, what: &str, max: u64) -> Result<u64, JsValue> {
     if !v.is_finite() || v.fract() != 0.0 {
         return Err(range_error(format!("{what} must be a whole number, not {v}")));
     }
+    if v > MAX_SAFE && max > MAX_SAFE as u64 {
+        return Err(range_error(format!("{what} above 2^53 - 1 must be a BigInt, not a Number")));
+    }
     if !(0.0..=MAX_SAFE).contains(&v) || v as u64 > max {
         return Err(range_error(format!("{what} must be between 0 and {max}, not {v}")));
     }
@@ -82,15 +85,29 @@ fn port(v: &JsValue, what: &str) -> Result<u16, JsValue> {
     uint(number(v, what)?, what, u64::from(u16::MAX)).map(|p| p as u16)
 }
 
-/// Bytes from a `Uint8Array` (a Buffer is one) or an `ArrayBuffer`, copied into the module.
-fn bytes(v: &JsValue, what: &str) -> Result<Vec<u8>, JsValue> {
-    if let Some(a) = v.dyn_ref::<Uint8Array>() {
-        return Ok(a.to_vec());
+/// The longest packet `handlePacket` and `wire.decode` take (an IP datagram's limit).
+const MAX_PACKET: u32 = 65_535;
+
+/// Bytes from a `Uint8Array` (a Buffer is one) or an `ArrayBuffer`, copied into the module;
+/// longer than `max` is an error of kind `kind`, found before anything is copied.
+fn bytes(v: &JsValue, what: &str, max: u32, kind: &str) -> Result<Vec<u8>, JsValue> {
+    let array = match v.dyn_ref::<Uint8Array>() {
+        Some(a) => a.clone(),
+        None if v.is_instance_of::<js_sys::ArrayBuffer>() => Uint8Array::new(v),
+        None => return Err(type_error(format!("{what} must be a Uint8Array or an ArrayBuffer"))),
+    };
+    if array.length() > max {
+        let len = array.length();
+        return Err(failure(kind, format!("{what} is {len} bytes, more than the {max} allowed")));
     }
-    if v.is_instance_of::<js_sys::ArrayBuffer>() {
-        return Ok(Uint8Array::new(v).to_vec());
-    }
-    Err(type_error(format!("{what} must be a Uint8Array or an ArrayBuffer")))
+    Ok(array.to_vec())
+}
+
+/// An address argument, `"ip:port"` (anything but a string is a TypeError, not coerced).
+fn addr_arg(v: &JsValue, what: &str) -> Result<SocketAddr, JsValue> {
+    let s =
+        v.as_string().ok_or_else(|| type_error(format!("{what} must be an \"ip:port\" string")))?;
+    addr(&s, what)
 }
 
 /// A BigInt (or a whole Number) as a u64: ids and cookies.
@@ -210,14 +227,15 @@ impl Endpoint {
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
         #[wasm_bindgen(unchecked_param_type = "number")] port: JsValue,
-        dest: &str,
+        #[wasm_bindgen(unchecked_param_type = "string")] dest: JsValue,
         #[wasm_bindgen(unchecked_param_type = "number")] dest_port: JsValue,
         #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] message: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "bigint | number")] cookie: Option<JsValue>,
     ) -> Result<BigInt, JsValue> {
-        let message = bytes(&message, "message")?;
+        let max = self.inner.config().max_message_length;
+        let message = bytes(&message, "message", max, "message_length")?;
         let port = self::port(&port, "port")?;
-        let dest = addr(dest, "dest")?;
+        let dest = addr_arg(&dest, "dest")?;
         let dest_port = self::port(&dest_port, "destPort")?;
         let cookie = cookie.filter(|c| !c.is_null()).map(|c| u64_of(&c, "cookie")).transpose()?;
         let cookie = cookie.unwrap_or(0);
@@ -236,7 +254,8 @@ impl Endpoint {
         #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] message: JsValue,
     ) -> Result<(), JsValue> {
         let rpc = server_rpc(&rpc)?;
-        let message = bytes(&message, "message")?;
+        let message =
+            bytes(&message, "message", self.inner.config().max_message_length, "message_length")?;
         let now = self.at(&now)?;
         self.inner.send_response(now, rpc, message).map_err(api)
     }
@@ -264,10 +283,10 @@ impl Endpoint {
     #[wasm_bindgen(js_name = handleUnreachable)]
     pub fn handle_unreachable(
         &mut self,
-        peer: &str,
+        #[wasm_bindgen(unchecked_param_type = "string")] peer: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "number")] port: Option<JsValue>,
     ) -> Result<(), JsValue> {
-        let peer = addr(peer, "peer")?;
+        let peer = addr_arg(&peer, "peer")?;
         let port = port.filter(|p| !p.is_null()).map(|p| self::port(&p, "port")).transpose()?;
         self.inner.handle_unreachable(peer, port);
         Ok(())
@@ -280,11 +299,11 @@ impl Endpoint {
     pub fn handle_packet(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "number")] now: JsValue,
-        source: &str,
+        #[wasm_bindgen(unchecked_param_type = "string")] source: JsValue,
         #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] data: JsValue,
     ) -> Result<(), JsValue> {
-        let from = addr(source, "source")?;
-        let data = bytes(&data, "data")?;
+        let from = addr_arg(&source, "source")?;
+        let data = bytes(&data, "data", MAX_PACKET, "too_long")?;
         let now = self.at(&now)?;
         self.inner.handle_packet(now, from, &data).map_err(|e| failure(e.class(), e))
     }
@@ -375,7 +394,7 @@ impl Endpoint {
 pub fn wire_decode(
     #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] packet: JsValue,
 ) -> Result<JsValue, JsValue> {
-    let packet = bytes(&packet, "the packet")?;
+    let packet = bytes(&packet, "the packet", MAX_PACKET, "too_long")?;
     let fields = homa_core::wire::fields::decode(&packet).map_err(|e| failure(e.class(), e))?;
     Ok(value::to_js(&homa_core::Value::Map(fields)))
 }

@@ -16,7 +16,7 @@ use crate::{failure, range_error, set, type_error, value};
 pub fn simulate(
     #[wasm_bindgen(unchecked_param_type = "SimulateOptions")] options: Object,
     #[wasm_bindgen(
-        unchecked_param_type = "(progress: { now: number; done: number; total: number }) => void"
+        unchecked_optional_param_type = "(progress: { now: number; done: number; total: number }) => void"
     )]
     on_progress: Option<js_sys::Function>,
 ) -> Result<JsValue, JsValue> {

@@ -11,10 +11,14 @@ const homa = require('..');
 
 const wasmFile = path.join(__dirname, '..', 'pkg', 'node', 'homa_wasm_bg.wasm');
 
-test('the module imports only its wasm-bindgen glue, and stays small', () => {
+test('the modules import only their wasm-bindgen glue, and the core stays small', () => {
+  for (const dir of ['node', 'web', 'sim-node', 'sim-web']) {
+    const file = path.join(__dirname, '..', 'pkg', dir, 'homa_wasm_bg.wasm');
+    const imports = WebAssembly.Module.imports(new WebAssembly.Module(fs.readFileSync(file)));
+    const modules = [...new Set(imports.map((i) => i.module))];
+    assert.deepEqual(modules, ['./homa_wasm_bg.js'], dir);
+  }
   const bytes = fs.readFileSync(wasmFile);
-  const modules = new Set(WebAssembly.Module.imports(new WebAssembly.Module(bytes)).map((i) => i.module));
-  assert.deepEqual([...modules], ['./homa_wasm_bg.js']);
   const gzipped = zlib.gzipSync(bytes, { level: 9 }).length;
   console.log(`homa_wasm_bg.wasm: ${bytes.length} bytes, ${gzipped} gzipped`);
   assert.ok(gzipped <= 150 * 1024, `${gzipped} bytes gzipped: over the 150 KiB target`);
@@ -28,6 +32,13 @@ test('bad arguments throw TypeError or RangeError saying what was expected', () 
   assert.throws(() => ep.bind(1.5), { name: 'RangeError', message: /whole number/ });
   assert.throws(() => ep.handleTimeout(-1), RangeError);
   assert.throws(() => ep.sendRequest(0, port, 'nowhere', 99, new Uint8Array(1)), { name: 'TypeError', message: /ip:port/ });
+  // Addresses that are not strings (dgram's rinfo, a number, nothing) are TypeErrors too.
+  for (const bad of [12345, { address: '10.0.0.1', port: 1 }, undefined, null]) {
+    assert.throws(() => ep.handlePacket(0, bad, new Uint8Array(40)), { name: 'TypeError', message: /source/ });
+    assert.throws(() => ep.sendRequest(0, port, bad, 99, new Uint8Array(1)), { name: 'TypeError', message: /dest/ });
+    assert.throws(() => ep.handleUnreachable(bad), { name: 'TypeError', message: /peer/ });
+  }
+  assert.throws(() => ep.handleTimeout(2 ** 60), { name: 'RangeError', message: /BigInt/ });
   assert.throws(() => ep.sendRequest(0, port, '10.0.0.1:1', 99, 'text'), { name: 'TypeError', message: /Uint8Array/ });
   assert.throws(() => ep.sendRequest(0, port, '10.0.0.1:1', 99, new Uint8Array(1), 'cookie'), TypeError);
   assert.throws(() => ep.sendResponse(0, 'rpc', new Uint8Array(1)), { name: 'TypeError', message: /rpc/ });
@@ -52,6 +63,7 @@ test('oversize messages and garbage packets are errors that lose nothing', () =>
   const port = ep.bindEphemeral();
   assert.throws(() => ep.sendRequest(0, port, '10.0.0.1:1', 99, new Uint8Array(1_000_001)), (e) => e.kind === 'message_length');
   assert.throws(() => ep.handlePacket(0, '10.0.0.1:1', new Uint8Array([1, 2, 3])), (e) => e.kind === 'truncated');
+  assert.throws(() => ep.handlePacket(0, '10.0.0.1:1', new Uint8Array(70_000)), (e) => e.kind === 'too_long');
   // Random bytes of every length: an error with a kind, or accepted; never a trap.
   let seed = 12345;
   const rand = () => (seed = (seed * 1103515245 + 12345) >>> 0) >>> 24;

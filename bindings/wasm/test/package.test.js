@@ -27,7 +27,7 @@ test('npm pack gives a tarball that installs and runs the README example', () =>
     const [packed] = JSON.parse(npm(['pack', '--json', '--pack-destination', dir], pkg));
     const files = packed.files.map((f) => f.path);
     for (const f of ['index.js', 'index.d.ts', 'web.js', 'README.md', 'pkg/node/homa_wasm.js',
-      'pkg/node/homa_wasm_bg.wasm', 'pkg/web/homa_wasm.js', 'pkg/web/homa_wasm_bg.wasm', 'sim.js',
+      'pkg/node/homa_wasm_bg.wasm', 'pkg/web/homa_wasm.js', 'pkg/web/homa_wasm_bg.wasm', 'sim.js', 'web.d.ts', 'sim.d.ts',
       'pkg/sim-node/homa_wasm_bg.wasm', 'pkg/sim-web/homa_wasm_bg.wasm']) {
       assert.ok(files.includes(f), `the tarball lacks ${f}`);
     }

@@ -25,3 +25,16 @@ void id, next, report;
 ep.handleTimeout('soon');
 // @ts-expect-error not a workload
 simulate({ workload: 'w9' });
+
+// The browser modules' types.
+import initWeb, { Endpoint as WebEndpoint, wire as webWire } from '../web.js';
+import initSim, { simulate as webSimulate } from '../sim.js';
+async function browser(): Promise<void> {
+  await initWeb();
+  const e = new WebEndpoint();
+  const f: Record<string, any> = webWire.decode(new Uint8Array(0));
+  await initSim();
+  const r: Record<string, any> = webSimulate({ workload: { cdf: '100 1' } });
+  void e, f, r;
+}
+void browser;
