@@ -3,8 +3,10 @@
 
 use core::fmt;
 
+use alloc::string::String;
+
 use crate::time::{Duration, NANOS_PER_USEC};
-use crate::value::Value;
+use crate::value::{Map, Value};
 use crate::wire::{self, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 
 /// Bytes of Ethernet framing per packet the pacer counts on top of the IP packet (preamble,
@@ -249,6 +251,44 @@ fn cutoffs_from(
     Ok(out)
 }
 
+/// Sets the fields `fields` names (by [`Field::name`]) on `config`, then checks the rules
+/// between fields ([`Config::validate`]): how bindings take a configuration from their
+/// language's objects.
+pub fn apply(config: &mut Config, fields: &Map) -> Result<(), ApplyError> {
+    for (name, value) in fields.iter() {
+        let field = Field::named(name).ok_or_else(|| ApplyError::Unknown(name.into()))?;
+        (field.set)(config, value).map_err(ApplyError::Invalid)?;
+    }
+    config.validate().map_err(ApplyError::Invalid)
+}
+
+/// Why [`apply`] refused a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyError {
+    /// No field has this name.
+    Unknown(String),
+    /// A value out of range, or a rule between fields broken.
+    Invalid(ConfigError),
+}
+
+impl fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApplyError::Unknown(name) => {
+                write!(f, "unknown option {name:?}; the options are ")?;
+                for (i, field) in FIELDS.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{}", field.name)?;
+                }
+                Ok(())
+            }
+            ApplyError::Invalid(e) => e.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for ApplyError {}
+
 /// A configuration value out of range, with the field's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -427,6 +467,24 @@ impl Config {
 mod tests {
     use super::*;
     use alloc::string::ToString;
+
+    #[test]
+    fn apply_sets_fields_by_name_and_names_what_it_refuses() {
+        let mut c = Config::default();
+        let fields: Map = [("mtu", Value::from(9000u32)), ("timeout_ticks", Value::from(7u32))]
+            .into_iter()
+            .collect();
+        apply(&mut c, &fields).unwrap();
+        assert_eq!((c.mtu, c.timeout_ticks), (9000, 7));
+        let unknown: Map = [("no_such", Value::from(1u32))].into_iter().collect();
+        let e = apply(&mut c, &unknown).unwrap_err();
+        assert_eq!(e, ApplyError::Unknown("no_such".into()));
+        let text = e.to_string();
+        assert!(text.starts_with("unknown option \"no_such\"; the options are "), "{text}");
+        assert!(text.contains(", mtu,"), "{text}");
+        let bad: Map = [("mtu", Value::from(10u32))].into_iter().collect();
+        assert!(matches!(apply(&mut c, &bad), Err(ApplyError::Invalid(e)) if e.field == "mtu"));
+    }
 
     #[test]
     fn defaults_are_the_modules_and_valid() {

@@ -1,6 +1,6 @@
 //! `Config` by field name (the core's field table), from and to plain data.
 
-use homa_core::config::{FIELDS, Field};
+use homa_core::config::FIELDS;
 use homa_core::{Config, Map, Value};
 use napi::Result;
 
@@ -14,17 +14,7 @@ pub(crate) fn apply_config(config: &mut Config, fields: &Value) -> Result<()> {
         Value::Null => return Ok(()),
         _ => return Err(failure("TypeError", "the config must be an object of Config fields")),
     };
-    for (name, value) in map.iter() {
-        let field = Field::named(name).ok_or_else(|| {
-            let names: Vec<_> = FIELDS.iter().map(|f| f.name).collect();
-            failure(
-                "config",
-                format!("unknown option {name:?}; the options are {}", names.join(", ")),
-            )
-        })?;
-        (field.set)(config, value).map_err(|e| failure("config", e))?;
-    }
-    config.validate().map_err(|e| failure("config", e))
+    homa_core::config::apply(config, map).map_err(|e| failure("config", e))
 }
 
 /// Every field of `config` by name.

@@ -2,7 +2,6 @@
 //! settings). Integers are Numbers, except those beyond
 //! `Number.MAX_SAFE_INTEGER`, which are BigInts; on the way in both are accepted.
 
-use homa_core::config::{FIELDS, Field};
 use homa_core::{Config, Map, Value};
 use js_sys::{Array, BigInt, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
@@ -85,15 +84,5 @@ pub(crate) fn apply_config(c: &mut Config, config: &Object) -> Result<(), JsValu
     let Value::Map(fields) = from_js(config, "config")? else {
         return Err(type_error("the config must be an object of Config fields"));
     };
-    for (name, value) in fields.iter() {
-        let field = Field::named(name).ok_or_else(|| {
-            let names: Vec<_> = FIELDS.iter().map(|f| f.name).collect();
-            failure(
-                "config",
-                format!("unknown option {name:?}; the options are {}", names.join(", ")),
-            )
-        })?;
-        (field.set)(c, value).map_err(|e| failure("config", e))?;
-    }
-    c.validate().map_err(|e| failure("config", e))
+    homa_core::config::apply(c, &fields).map_err(|e| failure("config", e))
 }
