@@ -280,15 +280,16 @@ class Socket {
 
   /** Requests as they arrive: `for await (const req of sock.requests())`; ends at close. */
   async *requests() {
-    for (;;) {
-      let req;
-      try {
-        req = await this.recvRequest();
-      } catch (e) {
-        if (e instanceof HomaError && e.kind === 'shutdown') return;
-        throw e;
-      }
-      yield req;
+    for (let req; (req = await this._nextRequest()) !== null;) yield req;
+  }
+
+  /** The next request, or null once the socket is closed. */
+  async _nextRequest() {
+    try {
+      return await this.recvRequest();
+    } catch (e) {
+      if (e instanceof HomaError && e.kind === 'shutdown') return null;
+      throw e;
     }
   }
 
@@ -302,16 +303,7 @@ class Socket {
     if (typeof handler !== 'function') {
       throw new TypeError(`serve needs a function of the request, not ${describe(handler)}`);
     }
-    for (;;) {
-      let req;
-      try {
-        req = await this.recvRequest();
-      } catch (e) {
-        if (e instanceof HomaError && e.kind === 'shutdown') return;
-        throw e;
-      }
-      this._handle(req, handler, onError);
-    }
+    for (let req; (req = await this._nextRequest()) !== null;) this._handle(req, handler, onError);
   }
 
   /** Runs `handler` for `req` and replies; a synchronous handler's reply goes at once. */

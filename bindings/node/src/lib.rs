@@ -43,7 +43,8 @@ fn io_error(e: homa_io::Error) -> Error {
 }
 
 /// Messages this long or longer are sent from the caller's Buffer in place; shorter ones
-/// are copied (cheaper than keeping a reference to the Buffer, at that size).
+/// are copied, so the caller may reuse its Buffer at once (the usual case for small RPCs)
+/// and no reference to it outlives the call.
 const SHARE_FROM: usize = 64 * 1024;
 
 /// A JavaScript Buffer as message bytes: a copy, or from `SHARE_FROM` on read in place, the

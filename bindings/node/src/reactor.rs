@@ -610,7 +610,7 @@ fn request(env: sys::napi_env, mut r: homa_io::Request) -> Result<sys::napi_valu
 
 /// Messages up to this size reach JavaScript as copies: a new Buffer of copied bytes
 /// costs less than an external one (a backing store with a finaliser) until here.
-pub(crate) const COPY_BELOW: usize = 16 * 1024;
+const COPY_BELOW: usize = 16 * 1024;
 
 /// A message as a Buffer: over `v` itself (an external buffer), or for short messages a
 /// copy (see [`COPY_BELOW`]).
