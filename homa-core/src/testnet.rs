@@ -182,7 +182,11 @@ enum NodeKind {
     },
     Switch {
         delay: Duration,
-        routes: Vec<Vec<LinkId>>,
+        /// Per destination host: an index into `route_sets`, or `NONE`. Most destinations
+        /// share a few sets (a ToR sends every remote host's packets over the same spine
+        /// links), so the lookup stays in a few cache lines even with a thousand hosts.
+        routes: Vec<u32>,
+        route_sets: Vec<Vec<LinkId>>,
     },
 }
 
@@ -424,7 +428,7 @@ impl Network {
 
     /// Adds a switch that holds each packet `delay` before queueing it on its output link.
     pub fn add_switch(&mut self, delay: Duration) -> NodeId {
-        self.nodes.push(NodeKind::Switch { delay, routes: Vec::new() });
+        self.nodes.push(NodeKind::Switch { delay, routes: Vec::new(), route_sets: Vec::new() });
         self.nodes.len() - 1
     }
 
@@ -467,11 +471,18 @@ impl Network {
     /// Routes packets for host `dst` arriving at `switch` over one of `links`, chosen at
     /// random per packet (spraying) when there are several.
     pub fn set_route(&mut self, switch: NodeId, dst: NodeId, links: Vec<LinkId>) {
-        if let NodeKind::Switch { routes, .. } = &mut self.nodes[switch] {
+        if let NodeKind::Switch { routes, route_sets, .. } = &mut self.nodes[switch] {
             if routes.len() <= dst {
-                routes.resize(dst + 1, Vec::new());
+                routes.resize(dst + 1, NONE);
             }
-            routes[dst] = links;
+            routes[dst] = if links.is_empty() {
+                NONE
+            } else if let Some(i) = route_sets.iter().position(|set| *set == links) {
+                i as u32
+            } else {
+                route_sets.push(links);
+                (route_sets.len() - 1) as u32
+            };
         }
     }
 
@@ -593,8 +604,9 @@ impl Network {
     }
 
     fn arrive(&mut self, node: NodeId, packet: Packet, app: &mut impl App) {
-        if let NodeKind::Switch { delay, routes } = &self.nodes[node] {
-            let Some(choices) = routes.get(packet.dst as usize).filter(|c| !c.is_empty()) else {
+        if let NodeKind::Switch { delay, routes, route_sets } = &self.nodes[node] {
+            let set = routes.get(packet.dst as usize).copied().unwrap_or(NONE);
+            let Some(choices) = route_sets.get(set as usize) else {
                 self.pool.push(packet.bytes); // no route: dropped
                 return;
             };
