@@ -265,6 +265,9 @@ pub struct Offered {
 pub struct Measured {
     /// Share of host uplink capacity used while measured messages were created.
     pub load: f64,
+    /// The same in each tenth of the window: level if the network was in a steady state,
+    /// rising if it was still filling up (the first messages found it empty).
+    pub load_by_tenth: Vec<f64>,
     /// Message bytes delivered per host in that time (requests and responses), in Gbit/s.
     pub goodput_gbps_per_host: f64,
     /// Length of the window in ns: from the first measured message's creation until the
@@ -401,6 +404,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) per_host_msgs_per_sec: f64,
     pub(crate) wire_bytes_per_message: f64,
     pub(crate) measured_load: f64,
+    pub(crate) load_by_tenth: Vec<f64>,
     pub(crate) goodput_gbps: f64,
     pub(crate) window_ns: u64,
     pub(crate) measured: u64,
@@ -532,6 +536,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
         },
         measured: Measured {
             load: r4(x.measured_load),
+            load_by_tenth: x.load_by_tenth.iter().map(|&l| r4(l)).collect(),
             goodput_gbps_per_host: r4(x.goodput_gbps),
             window_ns: x.window_ns,
             messages: x.measured,
@@ -598,6 +603,9 @@ impl Report {
             self.measured.load,
             self.measured.goodput_gbps_per_host
         );
+        let tenths: Vec<String> =
+            self.measured.load_by_tenth.iter().map(|l| format!("{l:.3}")).collect();
+        let _ = writeln!(s, "measured load by tenth of the window: {}", tenths.join(" "));
         let _ = writeln!(
             s,
             "priorities {}  overcommit {}  scheduled levels {}  cutoffs {:?}",

@@ -398,6 +398,13 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
     let mut loaded_until = u64::MAX;
     let mut hops_before = 0u64;
     let mut arrivals = Vec::new();
+    // (time, uplink wire bytes since the window opened), about 100 times per window: how
+    // steady the carried load was while measuring.
+    let mut load_samples: Vec<(u64, u64)> = Vec::new();
+    let sample_every = match cfg.stop {
+        Stop::Messages(n) => n as f64 / rate,
+        Stop::Duration(d) => d as f64 * (1.0 - cfg.warmup),
+    } / 100.0;
     loop {
         let t = next as u64;
         // Move the network up to the next arrival, doing the hosts' deferred work as it comes.
@@ -415,16 +422,17 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             }
         }
         net.run_until(t, &mut driver);
+        if window.is_none()
+            && let Some(&(last, _)) = load_samples.last()
+            && (t - last) as f64 >= sample_every
+        {
+            load_samples.push((t, uplink_wire_bytes(&net, &host_up)));
+        }
         if !generating_measured(generated, t) {
             if window.is_none() {
                 let start = window_start.unwrap_or(t);
-                let uplink: u64 = host_up
-                    .iter()
-                    .map(|&l| {
-                        let link = net.link(l);
-                        link.stats.bytes + link.stats.packets * u64::from(link.overhead)
-                    })
-                    .sum();
+                let uplink = uplink_wire_bytes(&net, &host_up);
+                load_samples.push((t, uplink));
                 let delivered = driver.delivered_bytes - delivered_at_start;
                 window = Some(((t - start).max(1), uplink, delivered));
                 loaded_until = t + (t - start);
@@ -453,6 +461,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
                 net.link_mut(l).stats = Default::default();
             }
             delivered_at_start = driver.delivered_bytes;
+            load_samples.push((t, 0));
         }
         if measured {
             measured_created += 1;
@@ -517,6 +526,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         per_host_msgs_per_sec: per_host_rate * 1e9,
         wire_bytes_per_message: per_msg_wire,
         measured_load: uplink_bytes as f64 / link_capacity,
+        load_by_tenth: load_by_tenth(&load_samples, link_bytes_per_ns * hosts as f64),
         goodput_gbps: delivered as f64 * 8.0 / window_ns as f64 / hosts as f64,
         window_ns,
         measured: measured_created,
@@ -529,6 +539,43 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         packet_hops,
         sim_end: net.now(),
     }))
+}
+
+/// Wire bytes (headers and framing included) sent on the host uplinks since their counters
+/// were last reset.
+fn uplink_wire_bytes(net: &Network, host_up: &[usize]) -> u64 {
+    host_up
+        .iter()
+        .map(|&l| {
+            let link = net.link(l);
+            link.stats.bytes + link.stats.packets * u64::from(link.overhead)
+        })
+        .sum()
+}
+
+/// The carried load in each tenth of the window, from (time, cumulative bytes) samples that
+/// start at its opening and end at its close; `capacity` is bytes per ns of all uplinks.
+fn load_by_tenth(samples: &[(u64, u64)], capacity: f64) -> Vec<f64> {
+    let (Some(&(start, _)), Some(&(end, _))) = (samples.first(), samples.last()) else {
+        return Vec::new();
+    };
+    if end <= start {
+        return Vec::new();
+    }
+    // Cumulative bytes at time t, interpolated between the samples around it.
+    let bytes_at = |t: f64| {
+        let i = samples.partition_point(|&(s, _)| (s as f64) < t).clamp(1, samples.len() - 1);
+        let ((t0, b0), (t1, b1)) = (samples[i - 1], samples[i]);
+        let f = if t1 > t0 { (t - t0 as f64) / (t1 - t0) as f64 } else { 1.0 };
+        b0 as f64 + f.clamp(0.0, 1.0) * (b1 as f64 - b0 as f64)
+    };
+    let tenth = (end - start) as f64 / 10.0;
+    (0..10)
+        .map(|k| {
+            let from = start as f64 + k as f64 * tenth;
+            (bytes_at(from + tenth) - bytes_at(from)) / (capacity * tenth)
+        })
+        .collect()
 }
 
 /// Tells every host every other host's unscheduled cutoffs, as a CUTOFFS packet from each
@@ -581,5 +628,23 @@ fn flush(net: &mut Network, driver: &mut Driver) {
         net.with_endpoint(host as usize, driver, |_, ep| {
             let _ = ep.abort(id);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load_by_tenth;
+
+    #[test]
+    fn load_by_tenth_follows_the_samples() {
+        // 1 byte per ns for the first half, 3 for the second, sampled unevenly.
+        let samples = [(100, 0), (130, 30), (600, 500), (700, 800), (1100, 2000)];
+        let tenths = load_by_tenth(&samples, 4.0);
+        let want = [0.25, 0.25, 0.25, 0.25, 0.25, 0.75, 0.75, 0.75, 0.75, 0.75];
+        assert_eq!(tenths.len(), 10);
+        for (got, want) in tenths.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{tenths:?}");
+        }
+        assert!(load_by_tenth(&[(5, 0)], 1.0).is_empty());
     }
 }
