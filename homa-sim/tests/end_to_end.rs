@@ -34,6 +34,11 @@ fn slowdowns_are_sane_and_short_messages_fare_better_at_load() {
     assert!(short.p99.unwrap() < long.p99.unwrap(), "{}", report.table());
     // The offered load is reached on the host links (within the noise of a short run).
     assert!((report.measured.load - 0.8).abs() < 0.15, "{}", report.measured.load);
+    // The tenths of the window add up to the whole.
+    let tenths = &report.measured.load_by_tenth;
+    assert_eq!(tenths.len(), 10);
+    let mean = tenths.iter().sum::<f64>() / 10.0;
+    assert!((mean - report.measured.load).abs() < 0.002, "{tenths:?} vs {}", report.measured.load);
     assert_eq!(report.core.retransmitted_packets, 0);
 }
 
