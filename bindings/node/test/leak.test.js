@@ -51,11 +51,11 @@ test('no leak over 100,000 calls: RSS steady', () => {
   const { samples, pending } = JSON.parse(out);
   assert.equal(pending, 0);
   // A leak grows RSS in every stretch of 10,000 calls (100 bytes a call: 1 MB each); the
-  // allocators grow it in rare steps. So the typical stretch must not grow, and all of
-  // them together only boundedly.
+  // allocators grow it in steps, several in a row while they settle. So the lower quartile
+  // of the stretches must not grow, and all of them together only boundedly.
   const mb = samples.map((s) => s / 1e6);
   const steps = mb.slice(1).map((x, i) => x - mb[i]).sort((a, b) => a - b);
   const shown = mb.map((x) => x.toFixed(1)).join(', ');
-  assert.ok(steps[steps.length >> 1] < 0.5, `RSS grows steadily: ${shown} MB every 10,000 calls`);
+  assert.ok(steps[steps.length >> 2] < 0.5, `RSS grows steadily: ${shown} MB every 10,000 calls`);
   assert.ok(mb[mb.length - 1] - mb[0] < 32, `RSS grew too much: ${shown} MB every 10,000 calls`);
 });
