@@ -1424,12 +1424,22 @@ impl Endpoint {
 
     /// Asks the peer for missing bytes (`homa_request_retrans`): one RESEND per gap and one
     /// for [received, granted), or one for the first packet when nothing of the message
-    /// arrived.
+    /// arrived. Resent bytes keep the level they were first sent at (the unscheduled level
+    /// of the message's length under this receiver's cutoffs, or the last grant's), so a
+    /// retransmission does not jump ahead of the short messages; a first packet of unknown
+    /// length is asked for at the top level.
     fn request_retransmission(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get(r) else { return };
-        let priority = self.config.num_priorities - 1;
+        let top = self.config.num_priorities - 1;
+        let cutoffs = self.config.advertised_cutoffs();
+        let level = |offset: u32| match x.msgin.as_ref() {
+            Some(m) if offset >= m.unsched_end => m.sched_priority,
+            Some(m) => (1..=top).rev().find(|&i| cutoffs[usize::from(i)] >= m.length).unwrap_or(0),
+            None => top,
+        };
         let limit = self.config.max_pending_control;
         let mut resend = |offset, length| {
+            let priority = level(offset);
             let body = ControlBody::Resend { offset, length, priority };
             if !self.tx.push_control(x.control(body), limit) {
                 self.metrics.control_overflow += 1;

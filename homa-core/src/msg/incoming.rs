@@ -47,6 +47,10 @@ pub(crate) struct InMessage {
     pub(crate) birth: u64,
     /// Needs grants beyond its unscheduled bytes.
     pub(crate) grantable: bool,
+    /// End of the unscheduled bytes (sent before any grant).
+    pub(crate) unsched_end: u32,
+    /// Level of the last grant: the level of the scheduled bytes, and of their resends.
+    pub(crate) sched_priority: u8,
 }
 
 impl InMessage {
@@ -63,6 +67,8 @@ impl InMessage {
             rec_incoming: 0,
             birth,
             grantable: granted < length,
+            unsched_end: granted,
+            sched_priority: 0,
         }
     }
 

@@ -354,6 +354,7 @@ impl Grants {
         let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
+        m.sched_priority = priority;
         self.recount(cx.metrics, m);
         let offset = m.granted;
         let control = r.control(ControlBody::Grant { offset, priority });
@@ -429,6 +430,7 @@ impl Grants {
         let Some(r) = cx.rpcs.get_mut(rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted = m.granted.saturating_add(increment).min(m.length);
+        m.sched_priority = priority;
         let offset = m.granted;
         let control = r.control(ControlBody::Grant { offset, priority });
         cx.metrics.fifo_grants += 1;
