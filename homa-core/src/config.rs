@@ -82,6 +82,11 @@ config! {
     link_mbps: u32 = 25_000, 1, u32::MAX as u64;
     /// The pacer holds data back while the estimated NIC queue exceeds this many µs.
     max_nic_est_backlog_usecs: u32 = 5, 0, u32::MAX as u64;
+    /// Full packets the pacer releases per wake-up: the estimated NIC queue may reach the
+    /// larger of `max_nic_est_backlog_usecs` and two batches, and a throttled sender is due
+    /// again once a batch has drained, so a driver wakes once a batch, not once a packet
+    /// (the module's pacer is a kernel thread that polls). 0 = the module's behaviour.
+    pacer_batch_packets: u32 = 8, 0, 1024;
     /// Thousandths of pacer picks that go to the oldest message instead of the shortest.
     pacer_fifo_fraction: u32 = 50, 0, 1000;
     /// Messages with at most this many bytes left are never held back by the pacer.
@@ -447,6 +452,12 @@ impl Config {
         u64::from(wire_bytes) * 8000 / u64::from(self.link_mbps)
     }
 
+    /// Time a batch of `pacer_batch_packets` full packets takes on the link.
+    pub(crate) fn pacer_batch(&self) -> Duration {
+        let full = self.wire_bytes(self.max_packet_len());
+        self.wire_time(full).saturating_mul(u64::from(self.pacer_batch_packets))
+    }
+
     /// The grant window for `active` messages being granted to.
     pub(crate) fn grant_window(&self, active: usize) -> u32 {
         if self.window != 0 { self.window } else { self.max_incoming / (active as u32 + 1) }
@@ -534,7 +545,7 @@ mod tests {
             assert!(!f.doc.is_empty(), "{} has a doc comment", f.name);
         }
         assert_eq!(c, Config::default(), "get then set changes nothing");
-        assert_eq!(FIELDS.len(), 30);
+        assert_eq!(FIELDS.len(), 31);
         let overcommit = Field::named("max_overcommit").unwrap();
         (overcommit.set)(&mut c, &Value::Int(3)).unwrap();
         assert_eq!(c.max_overcommit, 3);

@@ -13,7 +13,7 @@ use crate::msg::{Payload, PayloadSlice};
 use crate::peer::{PeerId, PeerTable};
 use crate::rpc::{Hasher, Rpc, RpcRef, RpcTable, State, TimerState};
 use crate::sched::grant::{GrantCx, Grants};
-use crate::sched::tx::{Control, ControlBody, TxKey, TxQueues};
+use crate::sched::tx::{Control, ControlBody, Pacer, TxKey, TxQueues};
 use crate::time::{Instant, NANOS_PER_USEC, Nanos};
 use crate::timer::TimerQueue;
 use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
@@ -182,7 +182,10 @@ impl Endpoint {
             peers: PeerTable::new(config.max_peers, hasher),
             grants: Grants::new(&config),
             tx: TxQueues::new(
-                u64::from(config.max_nic_est_backlog_usecs) * NANOS_PER_USEC,
+                Pacer::new(
+                    u64::from(config.max_nic_est_backlog_usecs) * NANOS_PER_USEC,
+                    config.pacer_batch(),
+                ),
                 config.pacer_fifo_fraction,
             ),
             timers: TimerQueue::default(),

@@ -45,6 +45,7 @@ fn a_grant_takes_its_wire_time_from_the_data_behind_it() {
     let config = Config {
         link_mbps: 1_000,
         max_nic_est_backlog_usecs: 0,
+        pacer_batch_packets: 0,
         grant_fifo_fraction: 0, // one GRANT, not also a FIFO one
         ..Config::default()
     };
@@ -58,4 +59,40 @@ fn a_grant_takes_its_wire_time_from_the_data_behind_it() {
     let data_ns = wire_ns(wire::data::HEADER_LEN + config.max_payload() as usize);
     assert_eq!(quiet, [0, data_ns, 2 * data_ns], "one full packet's wire time apart");
     assert!(busy.iter().zip(&quiet).all(|(b, q)| *b == q + grant_ns), "{busy:?} {quiet:?}");
+}
+
+/// A user-space driver pays a wake-up for every pacer slot, so the pacer hands out data a
+/// batch at a time: each time a throttled sender is due, a batch goes, and the link is
+/// still busy with the previous one.
+#[test]
+fn a_throttled_sender_is_due_once_a_batch() {
+    let config = Config { link_mbps: 1_000, ..Config::default() };
+    let batch = config.pacer_batch_packets as usize;
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    ep.bind(99).unwrap();
+    let len = 40_000; // all unscheduled
+    ep.send_request(Instant::ZERO, 99, "198.18.0.3:4000".parse().unwrap(), 99, vec![1; len], 0)
+        .unwrap();
+    let full_ns = u64::from(config.wire_bytes(config.max_packet_len())) * 8;
+    let (mut buf, mut now) = (vec![0; config.max_packet_len()], 0);
+    let (mut wakes, mut sent, mut link_idle) = (Vec::new(), 0, 0u64);
+    while sent < len.div_ceil(config.max_payload() as usize) {
+        assert!(link_idle == 0 || link_idle >= now + batch as u64 * full_ns / 2, "link kept busy");
+        let mut here = 0;
+        while let Some(t) = ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
+            link_idle = link_idle.max(now) + u64::from(config.wire_bytes(t.len)) * 8;
+            here += 1;
+        }
+        wakes.push(here);
+        sent += here;
+        now = match ep.poll_timeout() {
+            Some(t) => t.as_nanos(),
+            None => break,
+        };
+    }
+    assert_eq!(sent, len.div_ceil(config.max_payload() as usize));
+    let (last, rest) = wakes.split_last().unwrap();
+    assert!(rest.iter().all(|&n| n >= batch), "a batch per wake-up: {wakes:?}");
+    assert!(*last > 0, "{wakes:?}");
+    assert!(wakes.len() <= sent / batch, "{wakes:?}");
 }

@@ -39,8 +39,9 @@ pub fn paper_overcommit(workload: &str) -> Option<u8> {
 ///   paper had no cap beyond the per-message window (a cap would also count the unscheduled
 ///   bytes of messages waiting for grants, which the paper never limited);
 /// - no FIFO grants and no FIFO picks in the pacer (the 2018 design is pure SRPT);
-/// - `max_nic_est_backlog_usecs` 0: a packet goes to the NIC only when the NIC is idle, as
-///   in the paper's simulator, so the sender's SRPT choice is made at the last moment;
+/// - `max_nic_est_backlog_usecs` 0 and `pacer_batch_packets` 0: a packet goes to the NIC
+///   only when the NIC is idle, as in the paper's simulator, so the sender's SRPT choice is
+///   made at the last moment;
 /// - `sched_levels` of the `priorities` levels for scheduled packets, the rest unscheduled
 ///   with cutoffs from [`cutoffs_for_workload`];
 /// - `max_message_length` raised to the workload's longest message (the paper's simulator
@@ -69,9 +70,8 @@ pub fn paper_config(
         max_overcommit: overcommit,
         grant_fifo_fraction: 0,
         pacer_fifo_fraction: 0,
-        // The paper's sender hands its NIC a packet only when the NIC is idle, so the SRPT
-        // choice is made at the last moment; the module's default lets 5 µs queue up.
         max_nic_est_backlog_usecs: 0,
+        pacer_batch_packets: 0,
         num_priorities: priorities,
         wmem_max: 1 << 40,
         max_rx_bytes: 1 << 40,

@@ -243,6 +243,8 @@ pub struct ProtocolSummary {
     pub pacer_fifo_fraction: u32,
     /// The pacer holds data back while the estimated NIC queue exceeds this many µs.
     pub max_nic_est_backlog_usecs: u32,
+    /// The pacer releases data in batches of this many full packets; 0 = one at a time.
+    pub pacer_batch_packets: u32,
 }
 
 /// The load the run offered, from [`SimConfig::load`].
@@ -526,6 +528,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
             grant_fifo_fraction: e.grant_fifo_fraction,
             pacer_fifo_fraction: e.pacer_fifo_fraction,
             max_nic_est_backlog_usecs: e.max_nic_est_backlog_usecs,
+            pacer_batch_packets: e.pacer_batch_packets,
         },
         offered: Offered {
             load: cfg.load,

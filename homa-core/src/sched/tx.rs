@@ -4,8 +4,9 @@
 //! retransmissions (never held back), then new data of the message with the fewest bytes
 //! left (SRPT), except that every `1000 / pacer_fifo_fraction`-th pick goes to the oldest
 //! message so long ones are not starved. New data waits while the pacer's estimate of the
-//! NIC queue (every packet sent, control packets too) exceeds `max_nic_est_backlog_usecs`,
-//! unless its message has at most `defer_min_bytes` left.
+//! NIC queue (every packet sent, control packets too) exceeds `max_nic_est_backlog_usecs`
+//! (or two batches of `pacer_batch_packets`), unless its message has at most
+//! `defer_min_bytes` left; once it waits, it is due again when a batch has drained.
 
 use alloc::collections::{BinaryHeap, VecDeque};
 use core::cmp::Reverse;
@@ -44,17 +45,23 @@ pub(crate) enum ControlBody {
     Ack { acks: [Ack; MAX_ACKS], count: u8 },
 }
 
-/// Estimates when the NIC's queue drains (`homa_pacer_check_nic_q`).
+/// Estimates when the NIC's queue drains (`homa_pacer_check_nic_q`), and releases deferrable
+/// data a batch at a time.
 #[derive(Debug)]
 pub(crate) struct Pacer {
     /// When the link will have sent everything handed to it so far.
     link_idle: Nanos,
+    /// Most queue a deferrable packet may join.
     max_backlog: Duration,
+    /// The queue left when a throttled sender is due again: `max_backlog` less one batch.
+    low_water: Duration,
 }
 
 impl Pacer {
-    pub(crate) fn new(max_backlog: Duration) -> Pacer {
-        Pacer { link_idle: 0, max_backlog }
+    /// A pacer that lets the queue reach `max_backlog`, or two batches of `batch` if more.
+    pub(crate) fn new(max_backlog: Duration, batch: Duration) -> Pacer {
+        let max_backlog = max_backlog.max(batch.saturating_mul(2));
+        Pacer { link_idle: 0, max_backlog, low_water: max_backlog - batch }
     }
 
     /// Whether the queue is short enough for a deferrable packet now.
@@ -62,9 +69,9 @@ impl Pacer {
         self.link_idle <= now.saturating_add(self.max_backlog)
     }
 
-    /// When a deferrable packet may go.
+    /// When deferrable packets may go again: once the queue is down to `low_water`.
     pub(crate) fn next_slot(&self) -> Nanos {
-        self.link_idle.saturating_sub(self.max_backlog)
+        self.link_idle.saturating_sub(self.low_water)
     }
 
     /// Accounts for a packet taking `wire_time` on the link.
@@ -96,12 +103,12 @@ pub(crate) struct TxQueues {
 }
 
 impl TxQueues {
-    pub(crate) fn new(max_backlog: Duration, pacer_fifo_fraction: u32) -> TxQueues {
+    pub(crate) fn new(pacer: Pacer, pacer_fifo_fraction: u32) -> TxQueues {
         TxQueues {
             control: VecDeque::new(),
             resends: VecDeque::new(),
             srpt: BinaryHeap::new(),
-            pacer: Pacer::new(max_backlog),
+            pacer,
             fifo_count: 1000,
             fifo_fraction: pacer_fifo_fraction as i32,
         }
@@ -175,7 +182,7 @@ mod tests {
 
     #[test]
     fn pacer_allows_a_bounded_backlog() {
-        let mut p = Pacer::new(5_000);
+        let mut p = Pacer::new(5_000, 0);
         assert!(p.may_send(0));
         for _ in 0..10 {
             p.record(0, 1_000);
@@ -189,6 +196,26 @@ mod tests {
     }
 
     #[test]
+    fn a_batching_pacer_wakes_once_a_batch_has_drained() {
+        // Batches of 4 µs: the queue may reach 8 µs, more than the 5 µs asked for.
+        let mut p = Pacer::new(5_000, 4_000);
+        for _ in 0..8 {
+            assert!(p.may_send(0));
+            p.record(0, 1_000);
+        }
+        p.record(0, 1_000);
+        assert!(!p.may_send(0));
+        // Due again when 4 µs of the 9 queued are left, so the next wake-up sends a batch.
+        assert_eq!(p.next_slot(), 5_000);
+        let mut sent = 0;
+        while p.may_send(5_000) {
+            p.record(5_000, 1_000);
+            sent += 1;
+        }
+        assert_eq!(sent, 5);
+    }
+
+    #[test]
     fn a_grant_merges_into_its_rpcs_latest_queued_grant_at_the_same_level() {
         let a: SocketAddr = "198.18.0.2:4000".parse().unwrap();
         let grant = |id, offset, priority| Control {
@@ -198,7 +225,7 @@ mod tests {
             id,
             body: ControlBody::Grant { offset, priority },
         };
-        let mut q = TxQueues::new(0, 50);
+        let mut q = TxQueues::new(Pacer::new(0, 0), 50);
         let pushes = [
             grant(1, 10, 3),
             grant(3, 10, 3), // another RPC
@@ -219,10 +246,10 @@ mod tests {
 
     #[test]
     fn fifo_turn_every_twentieth_pick() {
-        let mut q = TxQueues::new(0, 50);
+        let mut q = TxQueues::new(Pacer::new(0, 0), 50);
         let turns: usize = (0..100).filter(|_| q.fifo_turn()).count();
         assert_eq!(turns, 5);
-        let mut never = TxQueues::new(0, 0);
+        let mut never = TxQueues::new(Pacer::new(0, 0), 0);
         assert!((0..100).all(|_| !never.fifo_turn()));
     }
 }
