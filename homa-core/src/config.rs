@@ -98,8 +98,9 @@ config! {
     // --- Receiver (grants) ---
     /// Fixed per-message grant window in bytes; 0 = dynamic, `max_incoming / (active + 1)`.
     window: u32 = 0, 0, u32::MAX as u64;
-    /// Cap on granted-but-unreceived bytes across all incoming messages.
-    max_incoming: u32 = 400_000, 1, u32::MAX as u64;
+    /// Cap on granted-but-unreceived bytes across all incoming messages; 0 = sized for
+    /// `link_mbps`, see [`Config::incoming_cap`].
+    max_incoming: u32 = 0, 0, u32::MAX as u64;
     /// Most messages granted to at once (at most 8).
     max_overcommit: u8 = 8, 1, MAX_OVERCOMMIT as u64;
     /// Bytes granted by each FIFO (anti-starvation) grant.
@@ -458,9 +459,23 @@ impl Config {
         self.wire_time(full).saturating_mul(u64::from(self.pacer_batch_packets))
     }
 
+    /// The cap on granted-but-unreceived bytes: `max_incoming`, or when that is 0, 128 µs
+    /// of `link_mbps` (the module's 400,000 bytes at 25 Gbit/s) but at least 100,000 bytes.
+    /// Granted bytes queue in front of the receiver, at the last switch and in its socket,
+    /// FIFO with everything else: on a slower link the module's 400,000 bytes would be
+    /// milliseconds of queue. The floor keeps a user-space round trip (hundreds of µs)
+    /// covered on slow links.
+    pub fn incoming_cap(&self) -> u32 {
+        if self.max_incoming != 0 {
+            return self.max_incoming;
+        }
+        let link_time = u64::from(self.link_mbps) * 128 / 8;
+        link_time.clamp(100_000, u64::from(u32::MAX)) as u32
+    }
+
     /// The grant window for `active` messages being granted to.
     pub(crate) fn grant_window(&self, active: usize) -> u32 {
-        if self.window != 0 { self.window } else { self.max_incoming / (active as u32 + 1) }
+        if self.window != 0 { self.window } else { self.incoming_cap() / (active as u32 + 1) }
     }
 
     /// Time between FIFO grants: the time to send `fifo_grant_increment` bytes at
@@ -495,6 +510,18 @@ mod tests {
         assert!(text.contains(", mtu,"), "{text}");
         let bad: Map = [("mtu", Value::from(10u32))].into_iter().collect();
         assert!(matches!(apply(&mut c, &bad), Err(ApplyError::Invalid(e)) if e.field == "mtu"));
+    }
+
+    #[test]
+    fn the_incoming_cap_follows_the_link_unless_set() {
+        let at = |link_mbps| Config { link_mbps, ..Config::default() }.incoming_cap();
+        assert_eq!(at(25_000), 400_000, "the module's default at its link speed");
+        assert_eq!(at(100_000), 1_600_000);
+        assert_eq!(at(10_000), 160_000);
+        assert_eq!(at(1_000), 100_000, "floor");
+        let set = Config { link_mbps: 1_000, max_incoming: 400_000, ..Config::default() };
+        assert_eq!(set.incoming_cap(), 400_000);
+        assert_eq!(set.grant_window(1), 200_000);
     }
 
     #[test]

@@ -232,8 +232,7 @@ pub fn grant_wire_bytes(config: &Config) -> u32 {
 /// and it is granted to at once: one per arriving packet while `received + window` passes
 /// what is granted, until the whole message is granted.
 pub fn grants_for(len: u64, config: &Config) -> u64 {
-    let window =
-        u64::from(if config.window != 0 { config.window } else { config.max_incoming / 2 });
+    let window = u64::from(config.grant_window(1));
     let mut grants = 0;
     let (mut received, mut granted) = (0u64, u64::from(config.unsched_bytes).min(len));
     for payload in data_packets(len, config) {

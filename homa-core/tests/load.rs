@@ -77,14 +77,15 @@ fn incast_stays_within_max_incoming() {
     }
     let m = net.endpoint(receiver).metrics();
     let unscheduled = SENDERS as u64 * u64::from(config.unsched_bytes);
-    let bound = u64::from(config.max_incoming) + unscheduled;
+    let bound = u64::from(config.incoming_cap()) + unscheduled;
     let peak_queue = net.link(bottleneck).stats.peak_queued;
     // Each packet adds its 56-byte header to 1424 payload bytes on the queue.
     let queue_bound =
         (bound + u64::from(config.fifo_grant_increment)) * 1480 / 1424 + SENDERS as u64 * 1480;
     println!(
-        "incast: peak incoming {peak_incoming} (metric {}) bound {bound}; peak bottleneck queue {peak_queue} bytes, bound {queue_bound}; max_incoming {}",
-        m.peak_incoming, config.max_incoming
+        "incast: peak incoming {peak_incoming} (metric {}) bound {bound}; peak bottleneck queue {peak_queue} bytes, bound {queue_bound}; incoming cap {}",
+        m.peak_incoming,
+        config.incoming_cap()
     );
     assert!(m.peak_incoming <= bound, "granted-but-unreceived {} > {bound}", m.peak_incoming);
     assert!(peak_queue <= queue_bound, "bottleneck queue {peak_queue} > {queue_bound}");

@@ -45,7 +45,7 @@ pub(crate) struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [1500, 65535])]
     mtu: Vec<u32>,
     /// Homa's cap on granted-but-unreceived bytes per receiver (the module's default).
-    #[arg(long, default_value_t = Config::default().max_incoming)]
+    #[arg(long, default_value_t = Config::default().incoming_cap())]
     max_incoming: u32,
     /// Homa transports to run (comma-separated: udp, ip, uring, uring-ip).
     #[arg(long, value_delimiter = ',', default_values_t = [TransportKind::Udp])]

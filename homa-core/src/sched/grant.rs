@@ -331,7 +331,7 @@ impl Grants {
         if target <= m.granted {
             return;
         }
-        let headroom = i64::from(cx.config.max_incoming) - self.total_incoming as i64;
+        let headroom = i64::from(cx.config.incoming_cap()) - self.total_incoming as i64;
         let any_needy = self.active.iter().flatten().any(|a| a.needy);
         if headroom <= 0 || (check_needy && any_needy) {
             self.set_needy(slot);
@@ -376,7 +376,7 @@ impl Grants {
     /// Spends free `max_incoming` headroom on needy messages, best first
     /// (`homa_grant_check_needy`).
     fn check_needy(&mut self, cx: &mut GrantCx<'_>) {
-        while self.total_incoming < u64::from(cx.config.max_incoming) {
+        while self.total_incoming < u64::from(cx.config.incoming_cap()) {
             let best = (0..self.slots)
                 .filter_map(|s| self.active[s].filter(|a| a.needy).map(|a| (s, a.entry.rank())))
                 .min_by(|x, y| {
