@@ -115,9 +115,9 @@ pub(crate) fn local_ip_for(server: SocketAddr) -> IpAddr {
 
 /// Bytes for requests, shared by all calls (no allocation or fill per call).
 #[derive(Debug)]
-struct Prefix {
-    buf: Arc<Vec<u8>>,
-    len: usize,
+pub(crate) struct Prefix {
+    pub(crate) buf: Arc<Vec<u8>>,
+    pub(crate) len: usize,
 }
 
 impl AsRef<[u8]> for Prefix {
@@ -129,13 +129,13 @@ impl AsRef<[u8]> for Prefix {
 /// Size bins: upper bounds (ascending, the last at least the largest size) and, per bin,
 /// the workload's cumulative share of messages at its bound.
 #[derive(Debug)]
-struct Bins {
-    bounds: Vec<u64>,
+pub(crate) struct Bins {
+    pub(crate) bounds: Vec<u64>,
     cum: Vec<f64>,
 }
 
 impl Bins {
-    fn new(w: &Workload, bins: usize) -> Bins {
+    pub(crate) fn new(w: &Workload, bins: usize) -> Bins {
         let mut bounds: Vec<u64> = homa_sim::report::auto_bins(w, 1.0 / bins as f64)
             .into_iter()
             .map(|b| b.min(MAX_MESSAGE))
@@ -154,7 +154,7 @@ impl Bins {
         Bins { bounds, cum }
     }
 
-    fn of(&self, size: u64) -> usize {
+    pub(crate) fn of(&self, size: u64) -> usize {
         self.bounds.partition_point(|&b| b < size).min(self.bounds.len() - 1)
     }
 }

@@ -16,6 +16,7 @@ mod client;
 mod decode;
 mod encode;
 mod error;
+mod incast;
 mod logging;
 mod net;
 mod output;
@@ -41,6 +42,7 @@ Examples:
   homa client --server 127.0.0.1:4000 --workload w3 --rate 2000 --duration 10
   homa bench rtt
   homa bench throughput
+  sudo homa incast
 
 Exit status: 0 on success; 1 on a runtime failure (a call failed, a socket or file could\nnot be used); 2 for bad input or usage."
 )]
@@ -57,11 +59,15 @@ enum Command {
     Server(server::Args),
     Client(client::Args),
     Bench(bench::Args),
+    Incast(incast::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Server(_) | Command::Client(_) | Command::Bench(_)) {
+    if matches!(
+        cli.command,
+        Command::Server(_) | Command::Client(_) | Command::Bench(_) | Command::Incast(_)
+    ) {
         // Reuse freed message buffers instead of faulting fresh pages in for each message.
         if !homa_io::retain_freed_buffers() {
             tracing::debug!("malloc thresholds left as they are (not glibc, or tuned already)");
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server::run(&args),
         Command::Client(args) => client::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Incast(args) => incast::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -92,10 +92,10 @@ pub(crate) fn bind(builder: &Builder, ip: IpAddr, port: u16) -> homa_io::Result<
 
 /// SIGINT and SIGTERM, blocked in the calling thread (and every thread it starts later),
 /// to be taken with `sigwait`.
-struct Signals(libc::sigset_t);
+pub(crate) struct Signals(libc::sigset_t);
 
 impl Signals {
-    fn block() -> Signals {
+    pub(crate) fn block() -> Signals {
         // SAFETY: all-zero bytes are a valid sigset_t, which sigemptyset initialises; the
         // calls only read and write the live set.
         unsafe {
@@ -109,7 +109,7 @@ impl Signals {
     }
 
     /// Waits for one of the signals; returns its name.
-    fn wait(&self) -> &'static str {
+    pub(crate) fn wait(&self) -> &'static str {
         let mut sig = 0;
         // SAFETY: a live, initialised set and an int to write the signal number into.
         while unsafe { libc::sigwait(&self.0, &mut sig) } != 0 {}

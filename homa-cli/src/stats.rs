@@ -101,6 +101,18 @@ pub(crate) fn cpu_time() -> (f64, f64) {
     (secs(ru.ru_utime), secs(ru.ru_stime))
 }
 
+/// The whole machine's CPU time so far, every CPU and the kernel's softirq work included
+/// (/proc/stat): (busy, total) in clock ticks.
+pub(crate) fn machine_cpu_ticks() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<u64> =
+        text.lines().next()?.split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
+    Some((total - idle, total))
+}
+
 /// The 1-minute load average, if readable.
 pub(crate) fn load_average() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;

@@ -1,0 +1,324 @@
+//! The lab `homa incast` runs in: one network namespace per host (the server, the probe
+//! client, the load clients) and a bridge namespace joining them through veth pairs. The
+//! bridge's port toward the server is the bottleneck: an HTB qdisc that acts as a switch
+//! port with eight strict-priority queues, one per Homa priority level (the top three TOS
+//! bits), each a byte-limited FIFO. Everything is removed on drop (and by [`Teardown`] on
+//! SIGINT or SIGTERM).
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::error::Error;
+
+/// Runs `ip`, `tc` and friends; the error names the command and what it printed.
+pub(super) fn sh(program: &str, args: &[&str]) -> Result<String, Error> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(Error::io(format!("running {program} (is it installed?)")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(Error::Failed(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Namespace names still to delete, shared with the signal thread.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Teardown(Arc<Mutex<Pending>>);
+
+#[derive(Debug, Default)]
+struct Pending {
+    names: Vec<String>,
+    /// Set by [`Teardown::stop`]: the lab is going away under the main thread.
+    stopped: bool,
+}
+
+impl Teardown {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, ns: String) {
+        self.pending().names.push(ns);
+    }
+
+    /// Deletes every namespace created so far (their veths, bridge and qdiscs go with
+    /// them); safe to call twice.
+    pub(super) fn run(&self) {
+        let names = std::mem::take(&mut self.pending().names);
+        for ns in names.iter().rev() {
+            let _ = sh("ip", &["netns", "delete", ns]);
+        }
+    }
+
+    /// [`Teardown::run`] on a signal: whatever fails in the main thread from now on fails
+    /// because the lab went away, see [`Teardown::stopped`].
+    pub(super) fn stop(&self) {
+        self.pending().stopped = true;
+        self.run();
+    }
+
+    /// Whether [`Teardown::stop`] has begun.
+    pub(super) fn stopped(&self) -> bool {
+        self.pending().stopped
+    }
+
+    /// Forgets the namespaces (for `--keep`): they outlive the command.
+    pub(super) fn keep(&self) -> Vec<String> {
+        std::mem::take(&mut self.pending().names)
+    }
+}
+
+/// One host of the lab: its namespace and address.
+#[derive(Debug, Clone)]
+pub(super) struct Host {
+    pub(super) ns: String,
+    pub(super) ip: IpAddr,
+}
+
+/// The bottleneck's shape.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shape {
+    pub(super) link_mbps: u32,
+    /// Bytes each priority queue holds before it drops.
+    pub(super) buffer_bytes: u32,
+}
+
+/// The hosts and the bridge; removed on drop unless kept.
+#[derive(Debug)]
+pub(super) struct Topology {
+    pub(super) server: Host,
+    pub(super) probe: Host,
+    pub(super) clients: Vec<Host>,
+    bridge: String,
+    shape: Shape,
+    teardown: Teardown,
+}
+
+/// The bridge's port toward the server, where the bottleneck qdisc sits.
+const BOTTLENECK: &str = "v0";
+
+/// Homa priority levels, and so queues at the bottleneck.
+pub(super) const LEVELS: usize = 8;
+
+impl Topology {
+    /// Creates the lab: `clients` load clients, a probe client and a server, with names
+    /// unique to this process.
+    pub(super) fn create(
+        clients: usize,
+        shape: Shape,
+        teardown: Teardown,
+    ) -> Result<Topology, Error> {
+        let id = format!("hi{}", std::process::id() % 100_000);
+        let bridge = format!("{id}b");
+        // Each name is listed for removal before it exists: a signal in between must not
+        // leave it behind.
+        teardown.add(bridge.clone());
+        sh("ip", &["netns", "add", &bridge])?;
+        sh("ip", &["-n", &bridge, "link", "add", "br0", "type", "bridge"])?;
+        sh("ip", &["-n", &bridge, "link", "set", "br0", "up"])?;
+        let mut hosts = Vec::new();
+        for k in 0..clients + 2 {
+            let name = match k {
+                0 => format!("{id}s"),
+                1 => format!("{id}p"),
+                _ => format!("{id}c{}", k - 2),
+            };
+            teardown.add(name.clone());
+            sh("ip", &["netns", "add", &name])?;
+            let port = format!("v{k}");
+            sh(
+                "ip",
+                &[
+                    "-n", &bridge, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                    "netns", &name,
+                ],
+            )?;
+            // One packet per skb, as a switch sees them: a drop loses one packet, not a
+            // GSO batch or a TSO segment of 64 KB.
+            sh(
+                "ip",
+                &["-n", &bridge, "link", "set", &port, "master", "br0", "gso_max_segs", "1", "up"],
+            )?;
+            let ip = IpAddr::V4(Ipv4Addr::new(198, 19, 0, k as u8 + 1));
+            sh("ip", &["-n", &name, "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+            sh("ip", &["-n", &name, "link", "set", "eth0", "gso_max_segs", "1", "up"])?;
+            sh("ip", &["-n", &name, "link", "set", "lo", "up"])?;
+            hosts.push(Host { ns: name, ip });
+        }
+        let mut hosts = hosts.into_iter();
+        let topo = Topology {
+            server: hosts.next().expect("created"),
+            probe: hosts.next().expect("created"),
+            clients: hosts.collect(),
+            bridge,
+            shape,
+            teardown,
+        };
+        topo.wait_up()?;
+        topo.reset_bottleneck()?;
+        Ok(topo)
+    }
+
+    /// Every host, server first.
+    pub(super) fn hosts(&self) -> impl Iterator<Item = &Host> {
+        [&self.server, &self.probe].into_iter().chain(&self.clients)
+    }
+
+    /// The namespaces' names.
+    pub(super) fn namespaces(&self) -> Vec<String> {
+        std::iter::once(self.bridge.clone()).chain(self.hosts().map(|h| h.ns.clone())).collect()
+    }
+
+    /// Until the kernel marks a veth up it drops every frame: wait for the state.
+    fn wait_up(&self) -> Result<(), Error> {
+        let start = std::time::Instant::now();
+        for h in self.hosts() {
+            while !sh("ip", &["-n", &h.ns, "-o", "link", "show", "eth0"])?.contains("state UP") {
+                if start.elapsed().as_secs() > 20 {
+                    return Err(Error::Failed(format!("eth0 in {} never came up", h.ns)));
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// (Re)creates the bottleneck qdisc, with fresh counters: a parent class at the link
+    /// rate, and per level a leaf that may borrow all of it, served in strict priority
+    /// (HTB `prio` 0 is served first, so level 7 gets it), each with a byte FIFO.
+    pub(super) fn reset_bottleneck(&self) -> Result<(), Error> {
+        let tc = |args: &[&str]| -> Result<String, Error> {
+            let mut all = vec!["netns", "exec", &self.bridge, "tc"];
+            all.extend_from_slice(args);
+            sh("ip", &all)
+        };
+        let _ = tc(&["qdisc", "del", "dev", BOTTLENECK, "root"]);
+        let rate = format!("{}mbit", self.shape.link_mbps);
+        // A burst of ten packets: HTB's timers then keep the link busy without letting
+        // more than 10 packets through above the rate.
+        let burst = "15140";
+        tc(&["qdisc", "add", "dev", BOTTLENECK, "root", "handle", "1:", "htb", "default", "10"])?;
+        tc(&[
+            "class", "add", "dev", BOTTLENECK, "parent", "1:", "classid", "1:1", "htb", "rate",
+            &rate, "ceil", &rate, "burst", burst, "cburst", burst, "quantum", "1514",
+        ])?;
+        for level in 0..LEVELS {
+            let class = format!("1:1{level}");
+            let prio = (LEVELS - 1 - level).to_string();
+            tc(&[
+                "class", "add", "dev", BOTTLENECK, "parent", "1:1", "classid", &class, "htb",
+                "rate", "1mbit", "ceil", &rate, "burst", burst, "cburst", burst, "prio", &prio,
+                "quantum", "1514",
+            ])?;
+            let limit = self.shape.buffer_bytes.to_string();
+            tc(&[
+                "qdisc",
+                "add",
+                "dev",
+                BOTTLENECK,
+                "parent",
+                &class,
+                "handle",
+                &format!("1{level}:"),
+                "bfifo",
+                "limit",
+                &limit,
+            ])?;
+            let tos = format!("{:#04x}", level << 5);
+            tc(&[
+                "filter", "add", "dev", BOTTLENECK, "parent", "1:", "protocol", "ip", "prio", "1",
+                "u32", "match", "ip", "tos", &tos, "0xe0", "flowid", &class,
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// The bottleneck's counters per level.
+    pub(super) fn queues(&self) -> Result<[Queue; LEVELS], Error> {
+        let out = sh(
+            "ip",
+            &["netns", "exec", &self.bridge, "tc", "-s", "-j", "qdisc", "show", "dev", BOTTLENECK],
+        )?;
+        let qdiscs: Value = serde_json::from_str(&out)
+            .map_err(|e| Error::Failed(format!("reading tc's JSON: {e}")))?;
+        let mut queues = [Queue::default(); LEVELS];
+        for q in qdiscs.as_array().into_iter().flatten() {
+            let Some(level) = q["handle"]
+                .as_str()
+                .and_then(|h| h.strip_prefix('1')?.strip_suffix(':')?.parse::<usize>().ok())
+                .filter(|&l| l < LEVELS && q["kind"] == "bfifo")
+            else {
+                continue;
+            };
+            let n = |k: &str| q[k].as_u64().unwrap_or(0);
+            queues[level] =
+                Queue { packets: n("packets"), drops: n("drops"), backlog_bytes: n("backlog") };
+        }
+        Ok(queues)
+    }
+
+    /// Leaves the namespaces in place (`--keep`); returns their names.
+    pub(super) fn keep(&self) -> Vec<String> {
+        self.teardown.keep()
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        self.teardown.run();
+    }
+}
+
+/// One priority queue of the bottleneck.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Queue {
+    pub(super) packets: u64,
+    pub(super) drops: u64,
+    pub(super) backlog_bytes: u64,
+}
+
+/// Runs `f` on a thread inside network namespace `ns`: sockets it opens, and threads it
+/// starts, live there.
+pub(super) fn in_netns<T: Send>(
+    ns: &str,
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> Result<T, Error> {
+    let file = File::open(format!("/run/netns/{ns}"))
+        .map_err(Error::io(format!("opening namespace {ns}")))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: a valid namespace fd; setns changes only this thread's namespace.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(Error::io(format!("entering namespace {ns}"))(
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(Error::Failed(format!("a thread in {ns} panicked"))))
+    })
+}
+
+/// TCP's retransmitted segments so far in namespace `ns` (`RetransSegs`, /proc/net/snmp).
+pub(super) fn tcp_retransmissions(ns: &str) -> Result<u64, Error> {
+    let snmp = sh("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"])?;
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next(), tcp.next());
+    let found = names.zip(values).and_then(|(n, v)| {
+        let i = n.split_whitespace().position(|w| w == "RetransSegs")?;
+        v.split_whitespace().nth(i)?.parse().ok()
+    });
+    found.ok_or_else(|| Error::Failed(format!("no Tcp RetransSegs in /proc/net/snmp of {ns}")))
+}
