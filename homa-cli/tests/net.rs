@@ -268,7 +268,7 @@ fn out_of_range_arguments_are_input_errors() {
         (&["client", "--server", "127.0.0.1:9", "--duration", "1e20"][..], "--duration"),
         (&["client", "--server", "127.0.0.1:9", "--drain", "1e15"][..], "--drain"),
         (&["bench", "throughput", "--seconds", "1e20"][..], "--seconds"),
-        (&["bench", "throughput", "--max-incoming", "0"][..], "--max-incoming"),
+        (&["bench", "throughput", "--max-incoming", "4294967296"][..], "--max-incoming"),
     ] {
         let run = common::homa(args, "");
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
