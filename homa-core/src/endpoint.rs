@@ -582,7 +582,7 @@ impl Endpoint {
     ) -> Option<Transmit> {
         let top = self.peek_sendable()?;
         let deferrable = top.bytes_left > self.config.defer_min_bytes;
-        if deferrable && !self.tx.pacer.may_send(self.now) {
+        if deferrable && !self.tx.pacer.admit(self.now) {
             return None;
         }
         let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };

@@ -55,23 +55,36 @@ pub(crate) struct Pacer {
     max_backlog: Duration,
     /// The queue left when a throttled sender is due again: `max_backlog` less one batch.
     low_water: Duration,
+    /// A deferrable packet was held back: none goes until the queue is down to `low_water`.
+    throttled: bool,
 }
 
 impl Pacer {
     /// A pacer that lets the queue reach `max_backlog`, or two batches of `batch` if more.
     pub(crate) fn new(max_backlog: Duration, batch: Duration) -> Pacer {
         let max_backlog = max_backlog.max(batch.saturating_mul(2));
-        Pacer { link_idle: 0, max_backlog, low_water: max_backlog - batch }
+        Pacer { link_idle: 0, max_backlog, low_water: max_backlog - batch, throttled: false }
+    }
+
+    fn allowance(&self) -> Duration {
+        if self.throttled { self.low_water } else { self.max_backlog }
     }
 
     /// Whether the queue is short enough for a deferrable packet now.
     pub(crate) fn may_send(&self, now: Nanos) -> bool {
-        self.link_idle <= now.saturating_add(self.max_backlog)
+        self.link_idle <= now.saturating_add(self.allowance())
     }
 
-    /// When deferrable packets may go again: once the queue is down to `low_water`.
+    /// [`Pacer::may_send`], remembering a refusal until the queue is down to `low_water`,
+    /// so a throttled sender sends a batch per wake-up.
+    pub(crate) fn admit(&mut self, now: Nanos) -> bool {
+        self.throttled = !self.may_send(now);
+        !self.throttled
+    }
+
+    /// When deferrable packets may go again.
     pub(crate) fn next_slot(&self) -> Nanos {
-        self.link_idle.saturating_sub(self.low_water)
+        self.link_idle.saturating_sub(self.allowance())
     }
 
     /// Accounts for a packet taking `wire_time` on the link.
@@ -204,11 +217,12 @@ mod tests {
             p.record(0, 1_000);
         }
         p.record(0, 1_000);
-        assert!(!p.may_send(0));
+        assert!(!p.admit(0));
         // Due again when 4 µs of the 9 queued are left, so the next wake-up sends a batch.
         assert_eq!(p.next_slot(), 5_000);
+        assert!(!p.may_send(4_999), "not before the batch has drained");
         let mut sent = 0;
-        while p.may_send(5_000) {
+        while p.admit(5_000) {
             p.record(5_000, 1_000);
             sent += 1;
         }
