@@ -11,7 +11,8 @@ use crate::report::Report;
 /// A curve to draw: its name, colour, width and value per bin.
 type Series<'a> = (&'static str, RGBColor, u32, Box<dyn Fn(usize) -> Option<f64> + 'a>);
 
-fn size_label(bytes: u64) -> String {
+/// A message size as the plots label it: 1M, 10K, 100.
+pub fn size_label(bytes: u64) -> String {
     match bytes {
         b if b >= 1_000_000 => format!("{}M", b / 1_000_000),
         b if b >= 1_000 => format!("{}K", b / 1_000),

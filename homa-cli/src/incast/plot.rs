@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use homa_sim::plot::size_label;
 use plotters::prelude::*;
 use serde_json::Value;
 
@@ -16,14 +17,6 @@ struct Curve {
     name: String,
     p50: Vec<Option<f64>>,
     p99: Vec<Option<f64>>,
-}
-
-fn size_label(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1_000_000 => format!("{}M", b / 1_000_000),
-        b if b >= 1_000 => format!("{}K", b / 1_000),
-        b => b.to_string(),
-    }
 }
 
 /// Writes the plot of `report` (the JSON `--json` writes) to `path` as SVG.
