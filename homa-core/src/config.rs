@@ -436,6 +436,12 @@ impl Config {
         c
     }
 
+    /// The level this receiver's cutoffs give a message of `length` unscheduled bytes.
+    pub(crate) fn unsched_level(&self, length: u32) -> u8 {
+        let cutoffs = self.advertised_cutoffs();
+        (1..self.num_priorities).rev().find(|&i| cutoffs[usize::from(i)] >= length).unwrap_or(0)
+    }
+
     /// Duration of one timer tick.
     pub fn tick(&self) -> Duration {
         u64::from(self.tick_usecs) * NANOS_PER_USEC

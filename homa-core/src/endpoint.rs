@@ -5,6 +5,7 @@ use alloc::vec::Vec;
 use core::net::SocketAddr;
 
 use crate::config::{Config, ConfigError};
+use crate::downlink::Downlink;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, type_index};
 use crate::msg::incoming::{InMessage, Rejected};
@@ -148,6 +149,7 @@ pub struct Endpoint {
     rpcs: RpcTable,
     peers: PeerTable,
     grants: Grants,
+    downlink: Downlink,
     tx: TxQueues,
     timers: TimerQueue,
     events: VecDeque<Event>,
@@ -181,6 +183,7 @@ impl Endpoint {
             rpcs: RpcTable::new(hasher.clone()),
             peers: PeerTable::new(config.max_peers, hasher),
             grants: Grants::new(&config),
+            downlink: Downlink::new(&config),
             tx: TxQueues::new(
                 Pacer::new(
                     u64::from(config.max_nic_est_backlog_usecs) * NANOS_PER_USEC,
@@ -932,9 +935,22 @@ impl Endpoint {
     /// Any DATA, GRANT or BUSY for an RPC restarts its silence count.
     fn reset_silence(&mut self, r: RpcRef) {
         let tick = self.tick();
-        if let Some(x) = self.rpcs.get_mut(r) {
-            x.timer.silent_since = tick;
-        }
+        let top = self.config.num_priorities - 1;
+        let Some(x) = self.rpcs.get_mut(r) else { return };
+        // The lowest level of the bytes it waits for: the first missing byte's, or the last
+        // granted one's (the two sides of `unsched_end`). A response not begun: the top.
+        let level = match x.msgin.as_ref().filter(|_| x.state == State::Incoming) {
+            Some(m) => {
+                let missing = m.gaps.first().map_or(m.recv_end, |g| g.start);
+                m.level_at(missing).min(m.level_at(m.granted.saturating_sub(1)))
+            }
+            None => top,
+        };
+        let t = &mut x.timer;
+        t.silent_since = tick;
+        t.asked = 0;
+        t.held_level = level;
+        t.held_at = self.downlink.held(tick, level);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -969,9 +985,10 @@ impl Endpoint {
                 return false;
             }
             let birth = self.birth();
+            let level = self.config.unsched_level(d.message_length);
             let x = self.rpcs.get_mut(r).expect("checked above");
             x.state = State::Incoming;
-            x.msgin = Some(InMessage::new(d.message_length, d.incoming, birth));
+            x.msgin = Some(InMessage::new(d.message_length, d.incoming, level, birth));
         }
         let x = self.rpcs.get_mut(r).expect("checked above");
         let (peer, state) = (x.peer, x.state);
@@ -983,6 +1000,13 @@ impl Endpoint {
             self.metrics.drops.inconsistent += 1;
             return false;
         }
+        let len = match payload {
+            Arrived::Bytes(bytes) => bytes.len(),
+            Arrived::Placed(len) => len as usize,
+        };
+        let tick = self.tick;
+        let wire_bytes = self.config.wire_bytes(data::HEADER_LEN + len);
+        self.downlink.record(tick, wire_bytes, m.level_at(offset));
         let max_gaps = self.config.max_gaps as usize;
         let added = match payload {
             Arrived::Bytes(bytes) => m.add(offset, bytes, max_gaps),
@@ -1044,6 +1068,7 @@ impl Endpoint {
             return None;
         }
         let birth = self.birth();
+        let level = self.config.unsched_level(d.message_length);
         let p = self.peers.get_mut(peer);
         p.rpcs += 1;
         p.server_rpcs += 1;
@@ -1056,7 +1081,7 @@ impl Endpoint {
             state: State::Incoming,
             cookie: 0,
             msgout: None,
-            msgin: Some(InMessage::new(d.message_length, d.incoming, birth)),
+            msgin: Some(InMessage::new(d.message_length, d.incoming, level, birth)),
             timer: TimerState::default(),
             tx_queued: false,
             resend_queued: false,
@@ -1362,22 +1387,28 @@ impl Endpoint {
             self.fail_or_drop(r, reason);
             return;
         }
-        let since = x.timer.silent_since;
-        // The timer is armed only for planned RESEND ticks (resend_ticks after silence began,
-        // then every resend_interval), so a wake-up that finds the RPC silent that long is
-        // one of them, on time or late (a driver may run timers after the tick). A server
+        let (since, asked) = (x.timer.silent_since, x.timer.asked);
+        // A RESEND is due resend_ticks into the silence, then every resend_interval, counting
+        // neither the ticks in which the downlink may only have queued the awaited bytes
+        // (see `downlink`) nor, past half the timeout, any fewer ticks than elapsed: a lost
+        // packet is still asked for well before its RPC would fail.
+        let held = self.downlink.held(tick, x.timer.held_level) - x.timer.held_at;
+        let waited = (silent - held.min(silent)).max(silent.saturating_sub(timeout / 2));
+        let due = if waited < resend { 0 } else { (waited - resend) / interval + 1 };
+        // One RESEND per due point, however late the driver ran this timer. A server
         // waiting for grants has nothing to ask for; it only times out.
         let may_ask = x.is_client() || x.state == State::Incoming;
-        if may_ask && silent >= resend {
-            self.request_retransmission(r);
+        if due > u64::from(asked) {
+            if may_ask {
+                self.request_retransmission(r);
+            }
+            if let Some(x) = self.rpcs.get_mut(r) {
+                x.timer.asked = due as u32;
+            }
         }
-        // The next planned tick strictly after this one.
-        let next_resend = if silent < resend {
-            since + resend
-        } else {
-            since + resend + ((silent - resend) / interval + 1) * interval
-        };
-        self.arm(r, next_resend.min(since + timeout));
+        // The next due point, if no tick holds the awaited bytes from now on.
+        let next_due = resend + due * interval;
+        self.arm(r, (tick + (next_due - waited)).min(since + timeout));
     }
 
     /// Whether an RPC waits on its peer and counts silent ticks (spec §2.6): receiving with
@@ -1400,13 +1431,14 @@ impl Endpoint {
     /// Starts counting silence when an RPC becomes owed data, and keeps a wake-up armed for
     /// its first RESEND.
     fn refresh_worry(&mut self, r: RpcRef) {
-        let tick = self.tick();
         let Some(x) = self.rpcs.get_mut(r) else { return };
         let owed = Self::waits_on_peer(x);
-        if owed && !x.timer.worried {
-            x.timer.silent_since = tick;
-        }
+        let begins = owed && !x.timer.worried;
         x.timer.worried = owed;
+        if begins {
+            self.reset_silence(r);
+        }
+        let Some(x) = self.rpcs.get_mut(r) else { return };
         if owed {
             let due = x.timer.silent_since + u64::from(self.config.resend_ticks);
             if x.timer.armed_tick.is_none_or(|t| t > due) {
@@ -1434,12 +1466,7 @@ impl Endpoint {
     fn request_retransmission(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get(r) else { return };
         let top = self.config.num_priorities - 1;
-        let cutoffs = self.config.advertised_cutoffs();
-        let level = |offset: u32| match x.msgin.as_ref() {
-            Some(m) if offset >= m.unsched_end => m.sched_priority,
-            Some(m) => (1..=top).rev().find(|&i| cutoffs[usize::from(i)] >= m.length).unwrap_or(0),
-            None => top,
-        };
+        let level = |offset: u32| x.msgin.as_ref().map_or(top, |m| m.level_at(offset));
         let limit = self.config.max_pending_control;
         let mut resend = |offset, length| {
             let priority = level(offset);

@@ -89,6 +89,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod config;
+mod downlink;
 mod endpoint;
 pub mod error;
 pub mod metrics;

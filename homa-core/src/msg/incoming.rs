@@ -47,15 +47,17 @@ pub(crate) struct InMessage {
     pub(crate) birth: u64,
     /// Needs grants beyond its unscheduled bytes.
     pub(crate) grantable: bool,
-    /// End of the unscheduled bytes (sent before any grant).
+    /// End of the unscheduled bytes (sent before any grant), and their level.
     pub(crate) unsched_end: u32,
+    pub(crate) unsched_priority: u8,
     /// Level of the last grant: the level of the scheduled bytes, and of their resends.
     pub(crate) sched_priority: u8,
 }
 
 impl InMessage {
-    /// A message of `length` bytes whose sender announced `incoming` unscheduled bytes.
-    pub(crate) fn new(length: u32, incoming: u32, birth: u64) -> InMessage {
+    /// A message of `length` bytes whose sender announced `incoming` unscheduled bytes,
+    /// sent at `unsched_priority`.
+    pub(crate) fn new(length: u32, incoming: u32, unsched_priority: u8, birth: u64) -> InMessage {
         let granted = incoming.min(length);
         InMessage {
             length,
@@ -68,6 +70,7 @@ impl InMessage {
             birth,
             grantable: granted < length,
             unsched_end: granted,
+            unsched_priority,
             sched_priority: 0,
         }
     }
@@ -78,6 +81,11 @@ impl InMessage {
 
     pub(crate) fn is_complete(&self) -> bool {
         self.bytes_remaining == 0
+    }
+
+    /// The level the sender sends (and resends) the byte at `offset` at.
+    pub(crate) fn level_at(&self, offset: u32) -> u8 {
+        if offset >= self.unsched_end { self.sched_priority } else { self.unsched_priority }
     }
 
     /// Adds `payload` at `offset`.
@@ -181,7 +189,7 @@ mod tests {
     use super::*;
 
     fn msg(len: u32) -> InMessage {
-        InMessage::new(len, len, 0)
+        InMessage::new(len, len, 7, 0)
     }
 
     #[test]
@@ -228,10 +236,10 @@ mod tests {
 
     #[test]
     fn grant_state_starts_from_incoming() {
-        let m = InMessage::new(100_000, 40_000, 3);
+        let m = InMessage::new(100_000, 40_000, 7, 3);
         assert!(m.grantable);
         assert_eq!(m.granted, 40_000);
-        let m = InMessage::new(100, 40_000, 3);
+        let m = InMessage::new(100, 40_000, 7, 3);
         assert!(!m.grantable);
         assert_eq!(m.granted, 100);
     }

@@ -60,6 +60,12 @@ pub(crate) struct TimerState {
     /// Tick at which silent_ticks was last reset (a packet arrived, or the RPC had no reason
     /// to worry). silent_ticks at tick T is `T - silent_since`.
     pub(crate) silent_since: u64,
+    /// RESEND points passed since `silent_since` (one RESEND each, when it may ask).
+    pub(crate) asked: u32,
+    /// The level of the awaited bytes when silence began, and the downlink's count of
+    /// ticks that held that level back then (see `downlink`).
+    pub(crate) held_level: u8,
+    pub(crate) held_at: u64,
     /// The RPC is owed data and counts silent ticks.
     pub(crate) worried: bool,
     /// The tick of the wake-up queued in the timer queue, if any.
