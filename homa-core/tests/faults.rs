@@ -103,6 +103,39 @@ impl App for Holding {
     }
 }
 
+/// A server that discards every request (as a handler that fails does): Homa has no error
+/// response.
+struct Discarding;
+
+impl App for Discarding {
+    fn on_event(&mut self, _now: Instant, _host: NodeId, ep: &mut Endpoint, event: Event) {
+        if let Event::RequestReceived { rpc, .. } = event {
+            ep.discard(rpc).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_server_that_discards_requests_is_alive_not_silent() {
+    let config = Config::default();
+    let Star { mut net, hosts, ports, .. } = star(2, config.clone(), 10, 7);
+    let mut app = Discarding;
+    call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(100, 1));
+    // Each RESEND finds the RPC gone (RPC_UNKNOWN), and the client restarts it; the server
+    // answers every time, so three timeouts pass without a failure.
+    let timeout = u64::from(config.timeout_ticks) * config.tick();
+    assert!(!net.run_until_idle(net.now() + 3 * timeout, &mut app), "the RPC ended");
+    let client = net.endpoint(hosts[1]).metrics();
+    assert_eq!(client.client_timeouts, 0);
+    let cycles = 3 * u64::from(config.timeout_ticks / config.resend_ticks);
+    assert!(
+        client.restarts + 2 >= cycles,
+        "{} restarts in {cycles} RESEND intervals",
+        client.restarts
+    );
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 1);
+}
+
 #[test]
 fn a_restarted_server_is_recovered_through_rpc_unknown() {
     let config = Config { link_mbps: 10_000, ..Config::default() };
