@@ -124,3 +124,25 @@ fn ctrl_c_removes_the_namespaces() {
     let left = namespaces();
     assert!(!left.contains(&ours), "left behind: {left}");
 }
+
+#[test]
+fn a_python_without_homa_is_a_clear_error_and_removes_the_lab() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_homa"))
+        .args(["incast", "--clients", "1", "--contenders", "homa/python", "--python", "false"])
+        .args(["-q", "--duration", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ours = prefix(child.id());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("needs false with the package homa-transport"), "{stderr}");
+    let left = namespaces();
+    assert!(!left.contains(&ours), "left behind: {left}");
+}

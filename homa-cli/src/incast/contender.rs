@@ -1,4 +1,5 @@
-//! The contenders `homa incast` compares: Homa over raw IP and over UDP, and TCP three ways.
+//! The contenders `homa incast` compares: Homa over raw IP and over UDP, TCP three ways, and
+//! Homa from Python ([`python`]).
 //! Each opens a server in the server's namespace and one client per client host, and offers
 //! one operation, [`Clients::start`]: send a request of some size from a host, and report
 //! when its (100-byte) response is back.
@@ -13,6 +14,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+mod python;
 
 use homa_io::{Call, Payload, Socket, TransportKind};
 
@@ -43,11 +46,13 @@ pub(super) enum Kind {
     /// short requests (the probes, the check-ins, messages up to 1 KB) take: what priority
     /// alone buys.
     TcpTop,
+    /// Homa over UDP from Python's asyncio API, a process per host.
+    HomaPython,
 }
 
 impl Kind {
-    pub(super) const ALL: [Kind; 5] =
-        [Kind::HomaIp, Kind::HomaUdp, Kind::Tcp, Kind::TcpPool, Kind::TcpTop];
+    pub(super) const ALL: [Kind; 6] =
+        [Kind::HomaIp, Kind::HomaUdp, Kind::Tcp, Kind::TcpPool, Kind::TcpTop, Kind::HomaPython];
 
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -56,6 +61,7 @@ impl Kind {
             Kind::Tcp => "tcp",
             Kind::TcpPool => "tcp-pool",
             Kind::TcpTop => "tcp-top",
+            Kind::HomaPython => "homa/python",
         }
     }
 
@@ -67,7 +73,7 @@ impl Kind {
     }
 
     pub(super) fn is_homa(self) -> bool {
-        matches!(self, Kind::HomaIp | Kind::HomaUdp)
+        matches!(self, Kind::HomaIp | Kind::HomaUdp | Kind::HomaPython)
     }
 }
 
@@ -85,6 +91,8 @@ pub(super) struct Counters {
     pub(super) homa_retransmissions: u64,
     /// RESEND packets Homa receivers sent.
     pub(super) homa_resends: u64,
+    /// CPU seconds of the contender's own processes (this one's are counted apart).
+    pub(super) cpu_s: f64,
 }
 
 trait Client: Send + Sync {
@@ -98,10 +106,26 @@ trait Server: Send + Sync {
 }
 
 impl Clients {
-    /// Opens `kind`'s server and clients; Homa paces for `link_mbps`.
-    pub(super) fn open(kind: Kind, topo: &Topology, link_mbps: u32) -> Result<Clients, Error> {
+    /// Opens `kind`'s server and clients; Homa paces for `link_mbps`; homa/python runs
+    /// `python`.
+    pub(super) fn open(
+        kind: Kind,
+        topo: &Topology,
+        link_mbps: u32,
+        python: &str,
+    ) -> Result<Clients, Error> {
         let addr = SocketAddr::new(topo.server.ip, PORT);
         let hosts = std::iter::once(&topo.probe).chain(&topo.clients);
+        if kind == Kind::HomaPython {
+            let server = python::PyServer::open(python, &topo.server, link_mbps)?;
+            let hosts = hosts
+                .map(|h| {
+                    let client = python::PyClient::open(python, h, &topo.server, link_mbps)?;
+                    Ok(Box::new(client) as Box<dyn Client>)
+                })
+                .collect::<Result<_, Error>>()?;
+            return Ok(Clients { hosts, server: Box::new(server) });
+        }
         if kind.is_homa() {
             let transport =
                 if kind == Kind::HomaIp { TransportKind::Ip } else { TransportKind::Udp };
@@ -153,6 +177,7 @@ impl Clients {
         let mut add = |c: Counters| {
             sum.homa_retransmissions += c.homa_retransmissions;
             sum.homa_resends += c.homa_resends;
+            sum.cpu_s += c.cpu_s;
         };
         for h in self.hosts {
             add(h.close());
@@ -167,6 +192,7 @@ fn homa_counters(socket: &Socket) -> Counters {
     Counters {
         homa_retransmissions: core.retransmitted_packets,
         homa_resends: core.packets_out_by_type[2],
+        cpu_s: 0.0,
     }
 }
 

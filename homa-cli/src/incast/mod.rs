@@ -35,14 +35,16 @@ Examples:
   sudo homa incast
   sudo homa incast --link-mbps 1000 --buffer-kb 200 --json incast.json
   sudo homa incast --clients 3 --duration 0.5 --contenders homa/udp,tcp --keep
+  sudo homa incast --contenders homa/udp,homa/python,tcp --python .venv/bin/python
 
 Builds a lab of network namespaces: --clients load clients, a probe client and a server, \
 joined by a bridge. The bridge's port toward the server is the bottleneck: HTB at \
 --link-mbps with eight strict-priority queues of --buffer-kb each, one per Homa priority \
 level (the top three TOS bits), like a switch port. Then, for each contender (homa/ip, \
 homa/udp, tcp with one connection per client, tcp-pool with four, tcp-top whose short \
-requests ride the top class on their own connection), one after another with the same \
-seeded requests:
+requests ride the top class on their own connection; homa/python, Homa over UDP from the \
+Python package in a process per host, when named), one after another with the same seeded \
+requests:
   mixed    Poisson requests from every client, sizes from --workload, at each of --loads
   burst    every client sends --burst-bytes at once every --burst-period-ms, while the \
 probe host sends 100-byte requests (--probe-rate per second)
@@ -72,7 +74,7 @@ pub(crate) struct Args {
     /// Loads of the mixed workload, as fractions of the bottleneck's rate.
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.8")]
     loads: Vec<f64>,
-    /// Contenders to run, in order.
+    /// Contenders to run, in order (homa/python too, when named).
     #[arg(long, value_delimiter = ',', default_value = "homa/ip,homa/udp,tcp,tcp-pool,tcp-top")]
     contenders: Vec<String>,
     /// Workloads to run: mixed, burst, barrier.
@@ -87,6 +89,10 @@ pub(crate) struct Args {
     /// Probe requests per second (Poisson) during the bursts.
     #[arg(long, value_name = "PER_S", default_value_t = 2000.0)]
     probe_rate: f64,
+    /// The Python interpreter the homa/python contender runs (it needs the package
+    /// homa-transport).
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    python: String,
     /// Seed of every request stream.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -239,7 +245,8 @@ struct Run {
     rounds: Vec<Result<Duration, &'static str>>,
     /// Requests without a response when the drain ended.
     unfinished: usize,
-    /// CPU seconds of the whole process (clients, server, the kernel work done for them).
+    /// CPU seconds of this process and the contender's own (clients, server, the kernel
+    /// work done for them).
     cpu_s: f64,
     /// Share of the machine's CPUs busy during the run (softirq work included).
     machine_busy: f64,
@@ -347,12 +354,13 @@ fn run_one(
     requests: &[Request],
     topo: &Topology,
     streams: &Streams,
+    python: &str,
 ) -> Result<Run, Error> {
     topo.reset_bottleneck()?;
     let tcp_retrans =
         || -> Result<u64, Error> { topo.hosts().map(|h| topo::tcp_retransmissions(&h.ns)).sum() };
     let tcp_before = if kind.is_homa() { 0 } else { tcp_retrans()? };
-    let clients = Clients::open(kind, topo, streams.link_mbps)?;
+    let clients = Clients::open(kind, topo, streams.link_mbps, python)?;
     let cpu = || {
         let (u, s) = crate::stats::cpu_time();
         u + s
@@ -390,7 +398,7 @@ fn run_one(
     let records = std::mem::take(&mut *tally.records.lock().unwrap_or_else(|e| e.into_inner()));
     let unfinished = requests.len().saturating_sub(records.len());
     let counters = clients.close();
-    let cpu_s = cpu() - cpu0;
+    let cpu_s = cpu() - cpu0 + counters.cpu_s;
     let machine_busy = match (machine0, crate::stats::machine_cpu_ticks()) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
         _ => f64::NAN,
@@ -519,7 +527,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
             let mut runs = Vec::new();
             for (&part, requests) in parts.iter().zip(&streams_by_part) {
                 bar.set_message(format!("{}: {}", kind.name(), part.label()));
-                runs.push(run_one(kind, part, requests, &topo, &streams)?);
+                runs.push(run_one(kind, part, requests, &topo, &streams, &args.python)?);
                 bar.inc(1);
             }
             contenders.push((kind, runs));

@@ -275,7 +275,7 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "{:<9} {:>22} {:>13} {:>13} {:>8} {:>8} {:>7} {:>7} {:>6}",
+            "{:<11} {:>23} {:>13} {:>13} {:>8} {:>8} {:>7} {:>7} {:>6}",
             "",
             "burst probe p50/99/99.9",
             "short p50/99",
@@ -288,7 +288,7 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "{:<9} {:>22} {:>13} {:>13} {:>8} {:>8} {:>7} {:>7} {:>6}",
+            "{:<11} {:>23} {:>13} {:>13} {:>8} {:>8} {:>7} {:>7} {:>6}",
             "",
             "us",
             format!("us ({:.0} %)", top_load * 100.0),
@@ -303,7 +303,7 @@ impl Report {
             let p = &f.probe;
             let _ = writeln!(
                 t,
-                "{:<9} {:>22} {:>13} {:>13} {:>8.0} {:>8} {:>7} {:>7} {:>6.1}",
+                "{:<11} {:>23} {:>13} {:>13} {:>8.0} {:>8} {:>7} {:>7} {:>6.1}",
                 f.name,
                 format!("{}/{}/{}", cell(p, p.p50), cell(p, p.p99), cell(p, p.p999)),
                 format!("{}/{}", cell(&f.short, f.short.p50), cell(&f.short, f.short.p99)),
@@ -317,7 +317,7 @@ impl Report {
         }
         let _ = writeln!(t, "packets per class at the bottleneck (level 0..7):");
         for f in &figures {
-            let _ = writeln!(t, "  {:<9} {:?}", f.name, f.per_class_packets);
+            let _ = writeln!(t, "  {:<11} {:?}", f.name, f.per_class_packets);
         }
         let _ = writeln!(t, "targets:");
         for (what, value, met) in targets(&figures) {
