@@ -1288,9 +1288,6 @@ impl Endpoint {
             self.tx.resends.push_back(r);
         }
         self.metrics.restarts += 1;
-        // The server answered, so it is alive: the new attempt's silence starts now (else
-        // a server that keeps discarding the request would be declared silent).
-        self.reset_silence(r);
         self.refresh_worry(r);
     }
 

@@ -251,8 +251,9 @@ class AsyncSocket:
         If the handler raises, the exception is logged (logger ``"homa"``) and the server
         keeps serving. The request is then answered with ``on_error(req, exc)`` if that is
         given and returns bytes, else discarded: Homa has no error responses, so the
-        client's Homa restarts the request (the handler may run again) until the call's
-        ``timeout`` passes (:class:`homa.TimeoutError`); a call without one waits on.
+        client's Homa restarts the request (the handler may run again) until Homa's own
+        timeout (``timeout_ticks``, kind ``"peer_silent"``) or the call's ``timeout`` (kind
+        ``"timeout"``) passes, whichever comes first (:class:`homa.TimeoutError` both).
         Give ``on_error`` to answer failures."""
         if not callable(handler):
             name = type(handler).__name__
