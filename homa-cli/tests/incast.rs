@@ -83,7 +83,14 @@ fn every_contender_answers_every_request_through_the_priority_classes() {
         match name {
             // Short requests and control packets in the top class, granted bytes in the
             // scheduled ones (0..=3).
-            "homa/ip" | "homa/udp" => assert!(top > 0 && low > 0, "{name}: {per_class:?}"),
+            // None of them longer than a short message's (nftables counts them too).
+            "homa/ip" | "homa/udp" => {
+                assert!(top > 0 && low > 0, "{name}: {per_class:?}");
+                assert_eq!(c["top_class_long_packets"], 0, "{name}");
+                for r in runs {
+                    assert_eq!(r["top_class_packets_counted"], r["per_class_packets"][7], "{r}");
+                }
+            }
             // Everything in the default class...
             "tcp" | "tcp-pool" => {
                 assert!(

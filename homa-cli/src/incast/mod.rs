@@ -52,7 +52,8 @@ probe host sends 100-byte requests (--probe-rate per second)
 reply, while bulk requests (W5, cut to 1 MB) load the bottleneck to 80 %
 Responses are 100 bytes. Homa paces for --link-mbps: set it to the real bottleneck's rate. \
 The report gives per contender the probe's and short messages' latency, round times, \
-slowdown per size bin, goodput, the bottleneck's drops and packets per class, \
+slowdown per size bin, goodput, the bottleneck's drops and packets per class (and, with \
+nftables, the top class's packets longer than a short message's), \
 retransmissions and CPU time, then each target against TCP. The namespaces are removed at \
 the end, on an error and on Ctrl-C, unless --keep.")]
 pub(crate) struct Args {
@@ -251,6 +252,8 @@ struct Run {
     /// Share of the machine's CPUs busy during the run (softirq work included).
     machine_busy: f64,
     queues: [topo::Queue; LEVELS],
+    /// The top class's packets, all and long ones (when nftables counts them).
+    top_class: Option<topo::TopClass>,
     peak_backlog_bytes: u64,
     retransmissions: u64,
     resends: u64,
@@ -360,6 +363,7 @@ fn run_one(
     let tcp_retrans =
         || -> Result<u64, Error> { topo.hosts().map(|h| topo::tcp_retransmissions(&h.ns)).sum() };
     let tcp_before = if kind.is_homa() { 0 } else { tcp_retrans()? };
+    let top0 = topo.top_class();
     let clients = Clients::open(kind, topo, streams.link_mbps, python)?;
     let cpu = || {
         let (u, s) = crate::stats::cpu_time();
@@ -404,6 +408,10 @@ fn run_one(
         _ => f64::NAN,
     };
     let queues = topo.queues()?;
+    let top_class = topo
+        .top_class()
+        .zip(top0)
+        .map(|(b, a)| topo::TopClass { all: b.all - a.all, long: b.long - a.long });
     let retransmissions =
         if kind.is_homa() { counters.homa_retransmissions } else { tcp_retrans()? - tcp_before };
     Ok(Run {
@@ -414,6 +422,7 @@ fn run_one(
         cpu_s,
         machine_busy,
         queues,
+        top_class,
         peak_backlog_bytes: peak,
         retransmissions,
         resends: counters.homa_resends,

@@ -10,7 +10,8 @@ use homa_sim::Workload;
 use serde_json::{Value, json};
 
 use super::contender::Kind;
-use super::{Args, Part, Role, Run, SHORT, topo::LEVELS};
+use super::topo::{LEVELS, LONG_PACKET};
+use super::{Args, Part, Role, Run, SHORT};
 use crate::client::Bins;
 use crate::error::Error;
 use crate::stats::{Samples, Summary, host_json, us};
@@ -42,6 +43,8 @@ struct Figures {
     /// Process CPU time per 500 KB burst message (the whole run's, divided).
     cpu_us_per_burst_message: Option<f64>,
     per_class_packets: [u64; LEVELS],
+    /// Top-class packets longer than any of a short message's (when counted).
+    top_class_long_packets: Option<u64>,
     failed: u64,
     runs: Vec<Value>,
 }
@@ -89,6 +92,7 @@ impl Figures {
             cpu_s: 0.0,
             cpu_us_per_burst_message: None,
             per_class_packets: [0; LEVELS],
+            top_class_long_packets: None,
             failed: 0,
             runs: Vec::new(),
         };
@@ -135,6 +139,8 @@ impl Figures {
                 "peak_backlog_bytes_sampled": run.peak_backlog_bytes,
                 "per_class_packets": packets,
                 "per_class_drops": run.queues.iter().map(|q| q.drops).collect::<Vec<_>>(),
+                "top_class_packets_counted": run.top_class.map(|t| t.all),
+                "top_class_long_packets": run.top_class.map(|t| t.long),
                 "cpu_s": run.cpu_s,
                 "machine_cpu_busy": run.machine_busy,
                 "seconds": run.seconds,
@@ -209,6 +215,9 @@ impl Figures {
             for (sum, q) in f.per_class_packets.iter_mut().zip(&run.queues) {
                 *sum += q.packets;
             }
+            if let Some(t) = run.top_class {
+                *f.top_class_long_packets.get_or_insert(0) += t.long;
+            }
             f.failed += failed;
             f.runs.push(value);
         }
@@ -228,6 +237,7 @@ impl Figures {
             "cpu_s": self.cpu_s,
             "cpu_us_per_burst_message": self.cpu_us_per_burst_message,
             "per_class_packets": self.per_class_packets,
+            "top_class_long_packets": self.top_class_long_packets,
             "failed": self.failed,
             "runs": self.runs,
         })
@@ -406,6 +416,13 @@ fn targets(figures: &[Figures]) -> Vec<(String, String, bool)> {
                 format!("{} burst probe p99 <= tcp-top's", h.name),
                 format!("{r:.2}x"),
                 r <= 1.0,
+            ));
+        }
+        if let Some(long) = h.top_class_long_packets {
+            out.push((
+                format!("{} top class carries only short messages", h.name),
+                format!("{long} of {} packets over {LONG_PACKET} B", h.per_class_packets[7]),
+                long == 0,
             ));
         }
         out.push((

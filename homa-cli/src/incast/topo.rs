@@ -103,6 +103,8 @@ pub(super) struct Topology {
     bridge: String,
     shape: Shape,
     teardown: Teardown,
+    /// nftables counts the top class's packets on their way to the bottleneck.
+    watching: bool,
 }
 
 /// The bridge's port toward the server, where the bottleneck qdisc sits.
@@ -127,6 +129,7 @@ impl Topology {
         sh("ip", &["netns", "add", &bridge])?;
         sh("ip", &["-n", &bridge, "link", "add", "br0", "type", "bridge"])?;
         sh("ip", &["-n", &bridge, "link", "set", "br0", "up"])?;
+        let watching = watch_top_class(&bridge);
         let mut hosts = Vec::new();
         for k in 0..clients + 2 {
             let name = match k {
@@ -164,6 +167,7 @@ impl Topology {
             bridge,
             shape,
             teardown,
+            watching,
         };
         topo.wait_up()?;
         topo.reset_bottleneck()?;
@@ -268,6 +272,21 @@ impl Topology {
         Ok(queues)
     }
 
+    /// The top class's packets toward the bottleneck so far, and of them those longer than
+    /// [`LONG_PACKET`] (none without nftables).
+    pub(super) fn top_class(&self) -> Option<TopClass> {
+        if !self.watching {
+            return None;
+        }
+        let args = ["netns", "exec", &self.bridge, "nft", "list", "chain", "bridge", NFT_TABLE];
+        let out = sh("ip", &[&args[..], &["forward"]].concat()).ok()?;
+        let mut counts = out.lines().filter_map(|l| {
+            let (_, rest) = l.split_once("counter packets ")?;
+            rest.split_whitespace().next()?.parse().ok()
+        });
+        Some(TopClass { long: counts.next()?, all: counts.next()? })
+    }
+
     /// Leaves the namespaces in place (`--keep`); returns their names.
     pub(super) fn keep(&self) -> Vec<String> {
         self.teardown.keep()
@@ -278,6 +297,47 @@ impl Drop for Topology {
     fn drop(&mut self) {
         self.teardown.run();
     }
+}
+
+/// Longer than any packet of a short message (up to 1 KB, with Homa's, UDP's and IP's
+/// headers): the top class should carry none.
+pub(super) const LONG_PACKET: u32 = 1200;
+
+const NFT_TABLE: &str = "homa_incast";
+
+/// Counts in `bridge` the top class's packets toward the bottleneck, and the long ones;
+/// false (and a warning) when nftables is missing.
+fn watch_top_class(bridge: &str) -> bool {
+    let nft = |args: &[&str]| sh("ip", &[&["netns", "exec", bridge, "nft"], args].concat());
+    let chain = "{ type filter hook forward priority 0; }";
+    let matched = ["oifname", BOTTLENECK, "ip", "dscp", "cs7"];
+    let long = LONG_PACKET.to_string();
+    let installed = nft(&["add", "table", "bridge", NFT_TABLE])
+        .and_then(|_| nft(&["add", "chain", "bridge", NFT_TABLE, "forward", chain]))
+        .and_then(|_| {
+            let rule = [&["add", "rule", "bridge", NFT_TABLE, "forward"], &matched[..]].concat();
+            nft(&[&rule[..], &["meta", "length", "gt", &long, "counter"]].concat())?;
+            nft(&[&rule[..], &["counter"]].concat())
+        });
+    match installed {
+        Ok(_) => true,
+        Err(e) => {
+            let why = match e {
+                Error::Io { what, source } => format!("{what}: {source}"),
+                Error::Failed(what) | Error::Input(what) => what,
+                Error::Reported => String::new(),
+            };
+            tracing::warn!("the top class's packet lengths go uncounted: {why}");
+            false
+        }
+    }
+}
+
+/// The top class's packets toward the bottleneck: all, and those over [`LONG_PACKET`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TopClass {
+    pub(super) all: u64,
+    pub(super) long: u64,
 }
 
 /// One priority queue of the bottleneck.
