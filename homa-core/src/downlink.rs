@@ -23,6 +23,8 @@ pub(crate) struct Downlink {
     tick: u64,
     bytes: u64,
     lowest: u8,
+    /// Idle ticks just before `tick`, that a late burst may turn out to have been busy.
+    idle: u64,
     /// Per level, the ticks counted so far that may have held that level back.
     held: [u64; MAX_PRIORITIES as usize],
 }
@@ -36,6 +38,7 @@ impl Downlink {
             tick: 0,
             bytes: 0,
             lowest: MAX_PRIORITIES - 1,
+            idle: 0,
             held: [0; MAX_PRIORITIES as usize],
         }
     }
@@ -54,16 +57,19 @@ impl Downlink {
         self.held[usize::from(level.min(MAX_PRIORITIES - 1))]
     }
 
-    /// Closes the counted tick when `tick` is a later one. Ticks without a packet were idle.
+    /// Closes the counted tick when `tick` is a later one. Ticks without a packet were idle,
+    /// unless a later tick handed over more than a tick's worth: the endpoint ran late,
+    /// and those bytes crossed the link in the idle ticks before.
     fn roll(&mut self, tick: u64) {
         if tick == self.tick {
             return;
         }
-        if self.bytes >= self.busy_bytes {
-            for held in &mut self.held[..=usize::from(self.lowest)] {
-                *held += 1;
-            }
+        let worth = self.bytes / self.busy_bytes;
+        let busy = worth.min(1 + self.idle);
+        for held in &mut self.held[..=usize::from(self.lowest)] {
+            *held += busy;
         }
+        self.idle = if worth == 0 { self.idle + 1 } else { 0 } + (tick - self.tick - 1);
         self.tick = tick;
         self.bytes = 0;
         self.lowest = MAX_PRIORITIES - 1;
@@ -99,6 +105,19 @@ mod tests {
         d.record(5, 120_000, 7);
         assert_eq!(levels(&mut d, 9), [1; 8]);
         assert_eq!(d.held(10, 7), 1, "ticks 6 to 9 delivered nothing");
+    }
+
+    #[test]
+    fn a_late_burst_makes_the_idle_ticks_before_it_busy() {
+        let mut d = link();
+        d.record(3, 120_000, 1);
+        // Ticks 4 to 6 handed nothing over; tick 7 three ticks' worth.
+        d.record(7, 340_000, 0);
+        assert_eq!(levels(&mut d, 8), [4, 1, 0, 0, 0, 0, 0, 0], "level 0: ticks 3 and 5 to 7");
+        // Idle ticks before a busy one stay idle: that one was on time.
+        d.record(10, 120_000, 0);
+        d.record(11, 340_000, 0);
+        assert_eq!(d.held(12, 0), 6, "ticks 10 and 11 only");
     }
 
     #[test]
