@@ -466,17 +466,17 @@ impl Config {
     }
 
     /// The cap on granted-but-unreceived bytes: `max_incoming`, or when that is 0, 128 µs
-    /// of `link_mbps` (the module's 400,000 bytes at 25 Gbit/s) but at least 100,000 bytes.
+    /// of `link_mbps` (the module's 400,000 bytes at 25 Gbit/s) but at least 60,000 bytes.
     /// Granted bytes queue in front of the receiver, at the last switch and in its socket,
     /// FIFO with everything else: on a slower link the module's 400,000 bytes would be
-    /// milliseconds of queue. The floor keeps a user-space round trip (hundreds of µs)
-    /// covered on slow links.
+    /// milliseconds of queue. The floor (480 µs at 1 Gbit/s) keeps a busy host's user-space
+    /// round trip covered on slow links.
     pub fn incoming_cap(&self) -> u32 {
         if self.max_incoming != 0 {
             return self.max_incoming;
         }
         let link_time = u64::from(self.link_mbps) * 128 / 8;
-        link_time.clamp(100_000, u64::from(u32::MAX)) as u32
+        link_time.clamp(60_000, u64::from(u32::MAX)) as u32
     }
 
     /// The grant window for `active` messages being granted to.
@@ -524,7 +524,7 @@ mod tests {
         assert_eq!(at(25_000), 400_000, "the module's default at its link speed");
         assert_eq!(at(100_000), 1_600_000);
         assert_eq!(at(10_000), 160_000);
-        assert_eq!(at(1_000), 100_000, "floor");
+        assert_eq!(at(1_000), 60_000, "floor");
         let set = Config { link_mbps: 1_000, max_incoming: 400_000, ..Config::default() };
         assert_eq!(set.incoming_cap(), 400_000);
         assert_eq!(set.grant_window(1), 200_000);
