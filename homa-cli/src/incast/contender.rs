@@ -91,6 +91,9 @@ pub(super) struct Counters {
     pub(super) homa_retransmissions: u64,
     /// RESEND packets Homa receivers sent.
     pub(super) homa_resends: u64,
+    /// Packets Homa's own sockets lost: refused by the kernel on send, or dropped on a full
+    /// receive buffer (not the bottleneck's drops).
+    pub(super) homa_host_drops: u64,
     /// CPU seconds of the contender's own processes (this one's are counted apart).
     pub(super) cpu_s: f64,
 }
@@ -177,6 +180,7 @@ impl Clients {
         let mut add = |c: Counters| {
             sum.homa_retransmissions += c.homa_retransmissions;
             sum.homa_resends += c.homa_resends;
+            sum.homa_host_drops += c.homa_host_drops;
             sum.cpu_s += c.cpu_s;
         };
         for h in self.hosts {
@@ -188,10 +192,12 @@ impl Clients {
 }
 
 fn homa_counters(socket: &Socket) -> Counters {
-    let core = socket.metrics().core;
+    let m = socket.metrics();
+    let core = m.core;
     Counters {
         homa_retransmissions: core.retransmitted_packets,
         homa_resends: core.packets_out_by_type[2],
+        homa_host_drops: m.transport.tx_dropped + m.transport.rx_overflow,
         cpu_s: 0.0,
     }
 }

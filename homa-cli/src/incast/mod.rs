@@ -257,6 +257,8 @@ struct Run {
     peak_backlog_bytes: u64,
     retransmissions: u64,
     resends: u64,
+    /// Packets Homa's sockets lost in the hosts (see `Counters::homa_host_drops`).
+    host_drops: u64,
     seconds: f64,
 }
 
@@ -426,6 +428,7 @@ fn run_one(
         peak_backlog_bytes: peak,
         retransmissions,
         resends: counters.homa_resends,
+        host_drops: counters.homa_host_drops,
         seconds,
     })
 }

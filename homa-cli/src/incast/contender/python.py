@@ -22,12 +22,14 @@ MAX_MESSAGE = 1_000_000
 
 
 def counters(sock: homa.AsyncSocket, cpu0: float) -> str:
-    core = sock.metrics()["core"]
+    metrics = sock.metrics()
+    core, transport = metrics["core"], metrics["transport"]
     return json.dumps(
         {
             "cpu_s": time.process_time() - cpu0,
             "retransmitted_packets": core["retransmitted_packets"],
             "resends": core["packets_out_by_type"]["RESEND"],
+            "host_drops": transport["tx_dropped"] + transport["rx_overflow"],
         }
     )
 
