@@ -13,17 +13,20 @@
 /// it. With many large messages in flight this costs a lot: `homa bench throughput` with
 /// sixteen 1 MB messages in flight over loopback ran at 35.8-45.0 Gbit/s with this against
 /// 29.4-36.0 without (four alternating runs; page faults per whole run 14,162 against
-/// 89,512 in one pair). With it, blocks up to 4 MB come from the heaps, and up to 32 MB of
-/// free memory stays at the top of each heap (glibc keeps up to 8 arenas per core), so
-/// resident memory stays near its peak. The `homa` command calls this; a program that
+/// 89,512 in one pair). With it, blocks below 32 MiB (glibc's largest setting) come from the
+/// heaps, and up to 64 MiB of free memory stays at the top of each heap (glibc keeps up to 8
+/// arenas per core), so resident memory stays near its peak. The `homa` command calls this; a program that
 /// receives large messages should too, or use an allocator that keeps freed memory.
 pub fn retain_freed_buffers() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
     {
-        /// Blocks up to this size come from `malloc`'s heaps, not from their own `mmap`.
-        const MMAP_THRESHOLD: i32 = 4 << 20;
-        /// Free memory kept at the top of each heap before it goes back to the kernel.
-        const TRIM_THRESHOLD: i32 = 32 << 20;
+        /// Blocks below this size come from `malloc`'s heaps, not from their own `mmap`: the
+        /// most glibc allows, well above common message sizes (a 4 MiB tensor is 4 MiB plus
+        /// malloc's header, so a threshold of exactly 4 MiB would map every one afresh).
+        const MMAP_THRESHOLD: i32 = 32 << 20;
+        /// Free memory kept at the top of each heap before it goes back to the kernel: twice
+        /// the largest block, as glibc's own adaptive thresholds keep.
+        const TRIM_THRESHOLD: i32 = 64 << 20;
         let tuned = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."))
             || std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
             || std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some();

@@ -1,4 +1,4 @@
-//! `retain_freed_buffers`: freed megabyte buffers are reused without new page faults.
+//! `retain_freed_buffers`: freed large buffers are reused without new page faults.
 //! Its own test binary, since the setting is process-wide.
 
 /// Minor page faults of the calling thread so far.
@@ -10,22 +10,25 @@ fn page_faults() -> libc::c_long {
     usage.ru_minflt
 }
 
-/// Allocates and fills sixteen 1 MB buffers (as sixteen received messages), frees them,
+/// Allocates and fills `count` buffers of `len` bytes (as received messages), frees them,
 /// and returns the page faults that took.
-fn sixteen_messages() -> libc::c_long {
+fn messages(count: u8, len: usize) -> libc::c_long {
     let before = page_faults();
     let buffers: Vec<Vec<u8>> =
-        (0..16u8).map(|i| std::hint::black_box(vec![i | 1; 1_000_000])).collect();
-    assert!(buffers.iter().all(|b| b[999_999] != 0));
+        (0..count).map(|i| std::hint::black_box(vec![i | 1; len])).collect();
+    assert!(buffers.iter().all(|b| b[len - 1] != 0));
     drop(buffers);
     page_faults() - before
 }
+
+/// A 4 MiB tensor: a size at which a threshold of exactly 4 MiB still maps afresh.
+const TENSOR: usize = 4 << 20;
 
 #[test]
 fn freed_message_buffers_are_reused_without_page_faults() {
     // SAFETY: sysconf only reads a system value.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let pages = 16 * 1_000_000 / page;
+    let pages = |count: u8, len: usize| libc::c_long::from(count) * len as libc::c_long / page;
     let linux_glibc =
         cfg!(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"));
     // The operator's own thresholds are left alone.
@@ -39,11 +42,15 @@ fn freed_message_buffers_are_reused_without_page_faults() {
     // glibc's default: the first round maps fresh memory; the second comes from a heap,
     // which is trimmed once the sixteen buffers are freed, so it faults its pages in again.
     for round in 1..=2 {
-        let faults = sixteen_messages();
+        let faults = messages(16, 1_000_000);
+        let pages = pages(16, 1_000_000);
         assert!(faults >= pages / 2, "round {round} without: {faults} faults ({pages} pages)");
     }
     assert!(homa_io::retain_freed_buffers());
-    sixteen_messages();
-    let faults = sixteen_messages();
-    assert!(faults < pages / 20, "{faults} page faults reusing freed buffers ({pages} pages)");
+    for (count, len) in [(16, 1_000_000), (8, TENSOR)] {
+        messages(count, len);
+        let faults = messages(count, len);
+        let pages = pages(count, len);
+        assert!(faults < pages / 20, "{faults} faults reusing {count} x {len} B ({pages} pages)");
+    }
 }
