@@ -200,8 +200,15 @@ fn bench_rtt_reports_every_transport_or_why_not() {
         match c["status"].as_str().unwrap() {
             "ok" => {
                 assert_eq!(c["count"], 200, "{c}");
-                for key in ["p50_us", "p99_us", "p999_us", "rpcs_per_s", "p50_vs_udp", "p50_vs_tcp"]
-                {
+                for key in [
+                    "p50_us",
+                    "p99_us",
+                    "p999_us",
+                    "rpcs_per_s",
+                    "cpu_us_per_rpc",
+                    "p50_vs_udp",
+                    "p50_vs_tcp",
+                ] {
                     // udp and tcp always run, so the ratios are numbers too.
                     assert!(c[key].as_f64().is_some_and(|v| v > 0.0), "no {key} in {c}");
                 }

@@ -34,7 +34,8 @@ bytes, and this thread calling it, one call at a time, over 127.0.0.0/8:
 Contenders take turns in rounds of --round round trips (the order rotates each round), so \
 load from elsewhere on the machine hits all of them alike. Homa's pacer is set to 1 Tbit/s \
 (the loopback device has no line rate). The ratios compare p50 (and p99) with plain UDP's \
-and TCP's from the same run.")]
+and TCP's from the same run. CPU per RPC is this process's user + system time during the \
+contender's turns (both ends, and the kernel's work on their behalf) per round trip.")]
 pub(crate) struct Args {
     /// Round trips measured per contender (after a warm-up of one round).
     #[arg(long, default_value_t = 20_000)]
@@ -158,6 +159,8 @@ struct Contender {
     used: Option<TransportKind>,
     samples: Samples,
     busy: Duration,
+    /// CPU seconds (user + system) this process spent during the recorded turns: both ends.
+    cpu_s: f64,
     errors: u64,
     first_error: Option<String>,
 }
@@ -178,6 +181,7 @@ impl Contender {
             used,
             samples: Samples::default(),
             busy: Duration::ZERO,
+            cpu_s: 0.0,
             errors: 0,
             first_error: None,
         }
@@ -186,7 +190,7 @@ impl Contender {
     /// `n` round trips, each timed and (if `record`) kept.
     fn turn(&mut self, n: usize, record: bool) {
         let Some(p) = self.pinger.as_mut() else { return };
-        let begin = Instant::now();
+        let (begin, cpu0) = (Instant::now(), cpu_time());
         for _ in 0..n {
             let start = Instant::now();
             match p.ping() {
@@ -200,6 +204,8 @@ impl Contender {
         }
         if record {
             self.busy += begin.elapsed();
+            let cpu1 = cpu_time();
+            self.cpu_s += (cpu1.0 - cpu0.0) + (cpu1.1 - cpu0.1);
         }
     }
 }
@@ -321,6 +327,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
                 used: c.used,
                 summary: c.samples.summary(),
                 busy: c.busy,
+                cpu_s: c.cpu_s,
                 errors: c.errors,
                 first_error: c.first_error.clone(),
             }
@@ -347,6 +354,7 @@ struct Row {
     used: Option<TransportKind>,
     summary: Summary,
     busy: Duration,
+    cpu_s: f64,
     errors: u64,
     first_error: Option<String>,
 }
@@ -354,6 +362,11 @@ struct Row {
 impl Row {
     fn rpcs_per_s(&self) -> f64 {
         self.summary.count as f64 / self.busy.as_secs_f64().max(1e-9)
+    }
+
+    /// CPU time per round trip, both ends and the kernel's work for them, in µs.
+    fn cpu_us_per_rpc(&self) -> f64 {
+        self.cpu_s * 1e6 / (self.summary.count.max(1) as f64)
     }
 }
 
@@ -382,6 +395,7 @@ fn to_json(
             }
             m.extend(r.summary.to_json());
             m.insert("rpcs_per_s".into(), json!(r.rpcs_per_s().round()));
+            m.insert("cpu_us_per_rpc".into(), json!((r.cpu_us_per_rpc() * 100.0).round() / 100.0));
             m.insert("errors".into(), json!(r.errors));
             if let Some(e) = &r.first_error {
                 m.insert("first_error".into(), json!(e));
@@ -445,8 +459,8 @@ fn table(
     );
     let _ = writeln!(
         s,
-        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
-        "", "p50 us", "p99 us", "p99.9 us", "RPCs/s", "p50/udp", "p50/tcp"
+        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10}",
+        "", "p50 us", "p99 us", "p99.9 us", "RPCs/s", "CPU us/RPC", "p50/udp", "p50/tcp"
     );
     let f = |ns: u64| format!("{:.1}", ns as f64 / 1e3);
     let x = |a: u64, b: Option<Summary>| match b {
@@ -473,11 +487,12 @@ fn table(
         }
         let _ = writeln!(
             s,
-            "{name:<14} {:>9} {:>9} {:>9} {:>9.0} {:>10} {:>10}",
+            "{name:<14} {:>9} {:>9} {:>9} {:>9.0} {:>10.1} {:>10} {:>10}",
             f(m.p50),
             f(m.p99),
             f(m.p999),
             r.rpcs_per_s(),
+            r.cpu_us_per_rpc(),
             x(m.p50, udp),
             x(m.p50, tcp)
         );
