@@ -69,7 +69,8 @@ impl Downlink {
         for held in &mut self.held[..=usize::from(self.lowest)] {
             *held += busy;
         }
-        self.idle = if worth == 0 { self.idle + 1 } else { 0 } + (tick - self.tick - 1);
+        let skipped = tick.saturating_sub(self.tick + 1);
+        self.idle = if worth == 0 { self.idle + 1 } else { 0 } + skipped;
         self.tick = tick;
         self.bytes = 0;
         self.lowest = MAX_PRIORITIES - 1;

@@ -13,9 +13,10 @@
 /// it. With many large messages in flight this costs a lot: `homa bench throughput` with
 /// sixteen 1 MB messages in flight over loopback ran at 35.8-45.0 Gbit/s with this against
 /// 29.4-36.0 without (four alternating runs; page faults per whole run 14,162 against
-/// 89,512 in one pair). With it, blocks below 32 MiB (glibc's largest setting) come from the
-/// heaps, and up to 64 MiB of free memory stays at the top of each heap (glibc keeps up to 8
-/// arenas per core), so resident memory stays near its peak. The `homa` command calls this; a program that
+/// 89,512 in one pair, with the earlier 4 MiB threshold; 1 MB blocks are kept either way).
+/// With it, blocks below 32 MiB (glibc's largest setting) come from the heaps, and up to
+/// 64 MiB of free memory stays at the top of each heap (glibc keeps up to 8 arenas per core),
+/// so resident memory stays near its peak. The `homa` command calls this; a program that
 /// receives large messages should too, or use an allocator that keeps freed memory.
 pub fn retain_freed_buffers() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]

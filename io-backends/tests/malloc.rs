@@ -28,7 +28,7 @@ const TENSOR: usize = 4 << 20;
 fn freed_message_buffers_are_reused_without_page_faults() {
     // SAFETY: sysconf only reads a system value.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let pages = |count: u8, len: usize| libc::c_long::from(count) * len as libc::c_long / page;
+    let pages_of = |count: u8, len: usize| libc::c_long::from(count) * len as libc::c_long / page;
     let linux_glibc =
         cfg!(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"));
     // The operator's own thresholds are left alone.
@@ -43,14 +43,14 @@ fn freed_message_buffers_are_reused_without_page_faults() {
     // which is trimmed once the sixteen buffers are freed, so it faults its pages in again.
     for round in 1..=2 {
         let faults = messages(16, 1_000_000);
-        let pages = pages(16, 1_000_000);
+        let pages = pages_of(16, 1_000_000);
         assert!(faults >= pages / 2, "round {round} without: {faults} faults ({pages} pages)");
     }
     assert!(homa_io::retain_freed_buffers());
     for (count, len) in [(16, 1_000_000), (8, TENSOR)] {
         messages(count, len);
         let faults = messages(count, len);
-        let pages = pages(count, len);
+        let pages = pages_of(count, len);
         assert!(faults < pages / 20, "{faults} faults reusing {count} x {len} B ({pages} pages)");
     }
 }
