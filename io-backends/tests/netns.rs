@@ -288,7 +288,7 @@ fn unreachable_peers(net: &Netns, kind: TransportKind) {
     }
 }
 
-/// The veth's MTU (1,400) is below the sockets' (1,500, the default): the kernel refuses
+/// The veth's MTU (1,400) is below the sockets' (1,500, given): the kernel refuses
 /// the full-size packets, and the socket goes back to letting it fragment them.
 #[test]
 fn a_link_mtu_below_the_sockets_is_fragmented_into() {
@@ -314,18 +314,56 @@ fn a_link_mtu_below_the_sockets_is_fragmented_into() {
         // serves on 7 at the same time.
         let server_addr = SocketAddr::new(server_ip.parse().unwrap(), 8);
         let server = Netns::run_in(&net.b, move || {
-            Socket::builder().transport(kind).bind(server_addr).map(Arc::new)
+            Socket::builder().transport(kind).mtu(1500).bind(server_addr).map(Arc::new)
         })
         .unwrap();
         let echoer = common::echo(&server);
         let client_ip: IpAddr = client_ip.parse().unwrap();
-        let client =
-            Netns::run_in(&net.a, move || Socket::builder().transport(kind).client(client_ip))
-                .unwrap();
+        let client = Netns::run_in(&net.a, move || {
+            Socket::builder().transport(kind).mtu(1500).client(client_ip)
+        })
+        .unwrap();
         let message = common::pattern(20_000, 5);
         let r = client.call(server_addr, message.clone(), Some(std::time::Duration::from_secs(30)));
         assert_eq!(r.unwrap_or_else(|e| panic!("{kind} {server_addr}: {e}")), message);
         server.shutdown();
         echoer.join().unwrap();
     }
+}
+
+/// Sockets given no MTU or link rate take the veth's (its MTU, and the 10 Gbit/s its driver
+/// reports) from their address, or with an unspecified one from the only interface up;
+/// loopback's inside the namespace; given values win.
+#[test]
+fn sockets_take_mtu_and_link_rate_from_their_interface() {
+    const TEST: &str = "sockets_take_mtu_and_link_rate_from_their_interface";
+    if !common::is_root() {
+        eprintln!("skipping {TEST}: not root (needs network namespaces)");
+        return;
+    }
+    let net = match Netns::create('d') {
+        Ok(net) => net,
+        Err(e) => {
+            eprintln!("skipping {TEST}: cannot create namespaces: {e}");
+            return;
+        }
+    };
+    ip(&["-n", &net.a, "link", "set", &net.va, "mtu", "9000"]).unwrap();
+    let opened = Netns::run_in(&net.a, || {
+        let ips = [CLIENT_V4, CLIENT_V6, "0.0.0.0", "::", "127.0.0.1"];
+        let mut got: Vec<(u32, u32)> = ips
+            .iter()
+            .map(|ip| Socket::client(ip.parse::<IpAddr>().unwrap()).unwrap())
+            .map(|s| (s.mtu(), s.link_mbps()))
+            .collect();
+        let given = Socket::builder()
+            .mtu(1500)
+            .link_mbps(1000)
+            .client(CLIENT_V4.parse::<IpAddr>().unwrap());
+        let given = given.unwrap();
+        got.push((given.mtu(), given.link_mbps()));
+        got
+    });
+    let veth = (9000, 10_000);
+    assert_eq!(opened, [veth, veth, veth, veth, (65_535, 1_000_000), (1500, 1000)]);
 }

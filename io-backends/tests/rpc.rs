@@ -9,10 +9,11 @@ use std::sync::Arc;
 use common::{bind_server, echo, loopback_v4, pattern, transports};
 use homa_io::{Config, Socket, TransportKind};
 
+/// Around the packet boundaries at MTU 1500 (the sockets' MTU below), and up to the largest.
 const SIZES: [usize; 6] = [1, 1_423, 1_424, 1_425, 100_000, 1_000_000];
 
 fn echo_sizes(kind: TransportKind, server_ip: IpAddr, client_ip: IpAddr) {
-    let builder = Socket::builder().transport(kind).config(patient());
+    let builder = Socket::builder().transport(kind).config(patient()).mtu(1500);
     let server = Arc::new(bind_server(builder.clone(), server_ip));
     let echoer = echo(&server);
     let client = builder.client(client_ip).unwrap();
@@ -82,6 +83,34 @@ fn large_datagrams_are_received_in_place() {
         server.shutdown();
         echoer.join().unwrap();
     }
+}
+
+/// A socket on loopback, given no MTU or link rate, sends packets as large as the loopback
+/// device takes (64 KB) and is not paced; explicit values win over the path's.
+#[test]
+fn loopback_sockets_default_to_64_kb_packets_unpaced() {
+    for ip in [loopback_v4(), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
+        let socket = Socket::client(ip).unwrap();
+        assert_eq!((socket.mtu(), socket.link_mbps()), (65_535, 1_000_000), "{ip}");
+        let set = Socket::builder().mtu(9000).link_mbps(10_000).client(ip).unwrap();
+        assert_eq!((set.mtu(), set.link_mbps()), (9000, 10_000), "{ip}");
+        let config = Config { mtu: 4000, ..Config::default() };
+        let socket = Socket::builder().config(config).client(ip).unwrap();
+        assert_eq!((socket.mtu(), socket.link_mbps()), (4000, 1_000_000), "{ip}");
+    }
+    // Packets that large carry every size, the packet boundaries of MTU 1500 included.
+    let server = Arc::new(bind_server(Socket::builder().config(patient()), loopback_v4()));
+    let echoer = echo(&server);
+    let client = Socket::builder().config(patient()).client(loopback_v4()).unwrap();
+    for (i, size) in SIZES.into_iter().chain([65_479, 65_480, 65_481]).enumerate() {
+        let message = pattern(size, i as u8);
+        let response = client.call(server.local_addr(), message.clone(), None).unwrap();
+        assert!(response == message, "{size}-byte echo differs");
+    }
+    let sent: u64 = client.metrics().core.packets_out_by_type.iter().sum();
+    server.shutdown();
+    echoer.join().unwrap();
+    assert!(sent < 100, "{sent} packets for 1.3 MB: 64 KB packets would take about 40");
 }
 
 /// Homa's defaults give up on a peer after 100 ms of silence. A debug build on two shared

@@ -17,6 +17,11 @@ pub(crate) fn apply_config(config: &mut Config, fields: &Value) -> Result<()> {
     homa_core::config::apply(config, map).map_err(|e| failure("config", e))
 }
 
+/// Whether the config object `fields` names the field `name`.
+pub(crate) fn given(fields: &Value, name: &str) -> bool {
+    matches!(fields, Value::Map(m) if m.contains_key(name))
+}
+
 /// Every field of `config` by name.
 pub(crate) fn config_to_map(config: &Config) -> Map {
     FIELDS.iter().map(|f| (f.name, (f.get)(config))).collect()

@@ -88,10 +88,17 @@ impl NativeSocket {
             transport.parse().map_err(|e| failure("invalid_argument", e))?;
         let mut c = homa_io::Config::default();
         // SAFETY: an argument of this call, on the JavaScript thread.
-        convert::apply_config(&mut c, &unsafe {
-            value::from_js(env.raw(), config.raw(), "config")?
-        })?;
-        let builder = homa_io::Socket::builder().transport(kind).config(c);
+        let fields = unsafe { value::from_js(env.raw(), config.raw(), "config")? };
+        convert::apply_config(&mut c, &fields)?;
+        let (mtu, link_mbps) = (c.mtu, c.link_mbps);
+        let mut builder = homa_io::Socket::builder().transport(kind).config(c);
+        // Given ones win; the others come from the interface the socket sends by.
+        if convert::given(&fields, "mtu") {
+            builder = builder.mtu(mtu);
+        }
+        if convert::given(&fields, "link_mbps") {
+            builder = builder.link_mbps(link_mbps);
+        }
         let opened = match port {
             Some(p) => {
                 let p = u16::try_from(p).map_err(|_| failure("invalid_port", "port too large"))?;

@@ -127,7 +127,17 @@ impl Socket {
             transport.parse().map_err(|e| PyValueError::new_err(format!("{e}")))?;
         let mut c = homa_io::Config::default();
         convert::apply_config(py, &mut c, config, &[])?;
+        let given = |name: &str| config.is_some_and(|d| d.contains(name).unwrap_or(false));
+        let (mtu, link_mbps) =
+            (given("mtu").then_some(c.mtu), given("link_mbps").then_some(c.link_mbps));
         let mut builder = homa_io::Socket::builder().transport(kind).config(c);
+        // Given ones win; the others come from the interface the socket sends by.
+        if let Some(mtu) = mtu {
+            builder = builder.mtu(mtu);
+        }
+        if let Some(mbps) = link_mbps {
+            builder = builder.link_mbps(mbps);
+        }
         if let Some(spin) = seconds("busy_poll", busy_poll)? {
             builder = builder.busy_poll(spin);
         }

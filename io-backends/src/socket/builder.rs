@@ -8,7 +8,7 @@ use std::time::Duration;
 use homa_core::config::Problem;
 use homa_core::{ApiError, Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT};
 
-use super::{Socket, claim_raw_port, raw_ports, release_raw_port};
+use super::{Socket, claim_raw_port, path, raw_ports, release_raw_port};
 use crate::cidr::Cidr;
 use crate::driver::Shared;
 use crate::error::Result;
@@ -29,6 +29,8 @@ use crate::transport::{self, TransportKind};
 pub struct Builder {
     kind: TransportKind,
     config: Config,
+    mtu: Option<u32>,
+    link_mbps: Option<u32>,
     busy_poll: Option<Duration>,
     allow: Vec<Cidr>,
 }
@@ -42,28 +44,34 @@ impl Builder {
 
     /// All Homa tunables at once (module sysctl names and defaults). `outer_header_bytes`
     /// is always set from the transport, a `seed` of 0 is replaced by a random one, and a
-    /// `first_client_id` of 2 (the default) by a random even one.
-    /// Call before [`mtu`](Builder::mtu) and [`link_mbps`](Builder::link_mbps), which
-    /// change fields of this config.
+    /// `first_client_id` of 2 (the default) by a random even one. An `mtu` or `link_mbps`
+    /// left at its default is taken from the path, as [`mtu`](Builder::mtu) and
+    /// [`link_mbps`](Builder::link_mbps) say; those two, when called, override this config.
     pub fn config(mut self, config: Config) -> Builder {
         self.config = config;
         self
     }
 
-    /// Largest IP packet to send (default 1500). Use the path MTU: packets go with
-    /// don't-fragment set (and IPv4 ID 0 when sent one by one, as the module's). Where the
-    /// path's MTU is smaller, the socket, told so by the kernel or by a router's ICMP error,
-    /// logs a warning naming the MTU and lets the kernel fragment from then on, which is
-    /// slower; what was refused before is sent again. On loopback, 65,535 gives the best
-    /// throughput.
+    /// Largest IP packet to send. Use the path MTU: packets go with don't-fragment set (and
+    /// IPv4 ID 0 when sent one by one, as the module's). Where the path's MTU is smaller,
+    /// the socket, told so by the kernel or by a router's ICMP error, logs a warning naming
+    /// the MTU and lets the kernel fragment from then on, which is slower; what was refused
+    /// before is sent again.
+    ///
+    /// By default, the MTU of the interface packets leave by: the one holding the local
+    /// address; for an unspecified address the default route's (or the only one up besides
+    /// loopback); 65,535 on loopback, whose device takes 64 KB. 1500 where none can be told.
+    /// [`Socket::mtu`](super::Socket::mtu) says what was chosen.
     pub fn mtu(mut self, mtu: u32) -> Builder {
-        self.config.mtu = mtu;
+        self.mtu = Some(mtu);
         self
     }
 
-    /// Uplink speed in Mbit/s, for the pacer (default 25,000).
+    /// Uplink speed in Mbit/s, for the pacer. By default the speed the interface's driver
+    /// reports (the same interface as [`mtu`](Builder::mtu)'s), unpaced on loopback, and
+    /// 25,000 (the module's default) where the driver reports none, as virtio's do.
     pub fn link_mbps(mut self, mbps: u32) -> Builder {
-        self.config.link_mbps = mbps;
+        self.link_mbps = Some(mbps);
         self
     }
 
@@ -110,6 +118,7 @@ impl Builder {
         let transport = transport::open(self.kind, local)?;
         let mut config = self.config;
         config.outer_header_bytes = transport.outer_header_bytes();
+        fit_path(&mut config, self.mtu, self.link_mbps, local, transport.max_packet_len());
         if config.seed == 0 {
             config.seed = random_seed();
         }
@@ -125,6 +134,7 @@ impl Builder {
             let reason = "larger than one datagram of this transport can carry";
             return Err(ConfigError { field: "mtu", problem: Problem::Rule(reason) }.into());
         }
+        let (mtu, link_mbps) = (config.mtu, config.link_mbps);
         let mut endpoint = Endpoint::new(config)?;
         let kind = transport.kind();
         let port = match server {
@@ -153,7 +163,42 @@ impl Builder {
             }
         };
         let raw_port = Mutex::new(claim);
-        Ok(Socket { shared, thread: Mutex::new(Some(thread)), local, port, kind, raw_port })
+        let thread = Mutex::new(Some(thread));
+        Ok(Socket { shared, thread, local, port, kind, mtu, link_mbps, raw_port })
+    }
+}
+
+/// Sets `mtu` and `link_mbps` to the values given, or where none was given and the config
+/// holds the default, to what the interface `local` sends by has (see [`Builder::mtu`]).
+fn fit_path(
+    config: &mut Config,
+    mtu: Option<u32>,
+    link_mbps: Option<u32>,
+    local: SocketAddr,
+    max_packet_len: usize,
+) {
+    let default = Config::default();
+    let auto_mtu = mtu.is_none() && config.mtu == default.mtu;
+    let auto_rate = link_mbps.is_none() && config.link_mbps == default.link_mbps;
+    let iface = match auto_mtu || auto_rate {
+        true => path::interface_for(local.ip()),
+        false => None,
+    };
+    let largest = u32::try_from(max_packet_len).unwrap_or(u32::MAX) + config.outer_header_bytes;
+    config.mtu = match (mtu, &iface) {
+        (Some(mtu), _) => mtu,
+        (None, Some(i)) if auto_mtu => i.mtu.map_or(config.mtu, |m| m.min(largest)),
+        _ => config.mtu,
+    };
+    config.link_mbps = match (link_mbps, &iface) {
+        (Some(mbps), _) => mbps,
+        (None, Some(i)) if auto_rate && i.loopback => path::LOOPBACK_MBPS,
+        (None, Some(i)) if auto_rate => i.speed_mbps.unwrap_or(config.link_mbps),
+        _ => config.link_mbps,
+    };
+    if let Some(i) = iface {
+        let (mtu, link_mbps) = (config.mtu, config.link_mbps);
+        tracing::debug!(interface = %i.name, mtu, link_mbps, "defaults from the path");
     }
 }
 

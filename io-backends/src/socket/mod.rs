@@ -9,6 +9,7 @@
 mod builder;
 mod call;
 mod metrics;
+mod path;
 mod poller;
 mod request;
 
@@ -101,6 +102,9 @@ pub struct Socket {
     local: SocketAddr,
     port: u16,
     kind: TransportKind,
+    /// The MTU and link rate the endpoint runs with (given, or taken from the path).
+    mtu: u32,
+    link_mbps: u32,
     /// The raw-IP Homa port this socket holds in [`RAW_PORTS`], until shutdown.
     raw_port: Mutex<Option<u16>>,
 }
@@ -137,6 +141,17 @@ impl Socket {
     /// programs that report them another way: the Python binding logs them to `logging`.
     pub fn take_warnings(&self) -> Vec<String> {
         self.shared.take_warnings()
+    }
+
+    /// The largest IP packet this socket sends: [`Builder::mtu`]'s, or the one taken from
+    /// the interface its local address sends by.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The link rate the pacer keeps to, in Mbit/s ([`Builder::link_mbps`]).
+    pub fn link_mbps(&self) -> u32 {
+        self.link_mbps
     }
 
     /// The transport in use (after any io_uring fallback).
