@@ -21,7 +21,7 @@ def pack(array: npt.NDArray[np.float32]) -> bytes:
     return header + a.tobytes()
 
 
-def unpack(data: bytes) -> npt.NDArray[np.float32]:
+def unpack(data: bytes | memoryview) -> npt.NDArray[np.float32]:
     """A read-only view into ``data`` (no copy)."""
     dtype, ndim = struct.unpack_from("<4sI", data)
     shape = struct.unpack_from(f"<{ndim}Q", data, 8)

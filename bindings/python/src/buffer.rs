@@ -31,7 +31,7 @@ use pyo3::types::PyBytes;
 /// protocol only in 3.11, with this very layout (unchanged since 3.3), and whose earlier
 /// versions export the same functions.
 #[repr(C)]
-struct PyBuffer {
+pub(crate) struct PyBuffer {
     buf: *mut c_void,
     obj: *mut ffi::PyObject,
     len: isize,

@@ -14,6 +14,7 @@ mod buffer;
 mod convert;
 mod endpoint;
 mod errors;
+mod received;
 mod socket;
 
 /// Makes glibc's ``malloc`` keep the memory of freed large blocks for reuse, for the whole

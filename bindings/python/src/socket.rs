@@ -29,11 +29,11 @@ use std::time::Duration;
 use homa_io::{Cidr, TransportKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 
-use crate::buffer;
 use crate::convert::{self, addr_to_py, int};
 use crate::errors;
+use crate::{buffer, received};
 
 /// How long a blocking `recv_request` waits at a time before checking for signals
 /// (Ctrl-C), so a server loop can be interrupted.
@@ -208,7 +208,7 @@ impl Socket {
         message: &Bound<'py, PyAny>,
         timeout: Option<&Bound<'py, PyAny>>,
         block: bool,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let sock = self.open(py)?;
         let dest = convert::resolve(py, convert::dest(dest, "dest")?, self.local.is_ipv6())?;
         let deadline = seconds("timeout", timeout)?;
@@ -233,7 +233,7 @@ impl Socket {
         drop(call);
         buffer::release_pending(py);
         let response = result.map_err(|e| errors::io(py, e))?;
-        Ok(PyBytes::new(py, &response))
+        received::message(py, response)
     }
 
     /// Blocks, without the GIL, until a request arrives; returns it as a :class:`Request`.
@@ -378,25 +378,27 @@ impl Socket {
 #[derive(Debug)]
 pub(crate) struct Request {
     inner: Mutex<Option<homa_io::Request>>,
-    message: Py<PyBytes>,
+    message: Py<PyAny>,
+    len: usize,
     peer: std::net::SocketAddr,
     id: u64,
 }
 
 impl Request {
     fn new(py: Python<'_>, mut r: homa_io::Request) -> PyResult<Request> {
-        let message = PyBytes::new(py, &r.take_message()).unbind();
-        let peer = r.peer();
-        let id = r.id();
-        Ok(Request { inner: Mutex::new(Some(r)), message, peer, id })
+        let message = r.take_message();
+        let len = message.len();
+        let message = received::message(py, message)?.unbind();
+        let (peer, id) = (r.peer(), r.id());
+        Ok(Request { inner: Mutex::new(Some(r)), message, len, peer, id })
     }
 }
 
 #[pymethods]
 impl Request {
-    /// The request's bytes.
+    /// The request's bytes: a read-only memoryview over the buffer they were received into.
     #[getter]
-    fn message(&self, py: Python<'_>) -> Py<PyBytes> {
+    fn message(&self, py: Python<'_>) -> Py<PyAny> {
         self.message.clone_ref(py)
     }
 
@@ -442,13 +444,9 @@ impl Request {
         lock(&self.inner).take();
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
-        format!(
-            "<homa.Request id {} from {}, {} bytes>",
-            self.id,
-            convert::addr_repr(self.peer),
-            self.message.bind(py).as_bytes().len()
-        )
+    fn __repr__(&self) -> String {
+        let peer = convert::addr_repr(self.peer);
+        format!("<homa.Request id {} from {peer}, {} bytes>", self.id, self.len)
     }
 }
 
@@ -697,9 +695,8 @@ fn resolve(py: Python<'_>, future: &Bound<'_, PyAny>, done: Done) -> PyResult<Op
                 return Ok(None);
             }
             match r {
-                Ok(v) => {
-                    future.call_method1(pyo3::intern!(py, "set_result"), (PyBytes::new(py, &v),))?
-                }
+                Ok(v) => future
+                    .call_method1(pyo3::intern!(py, "set_result"), (received::message(py, v)?,))?,
                 Err(e) => future.call_method1(
                     pyo3::intern!(py, "set_exception"),
                     (errors::io(py, e).into_value(py),),
@@ -772,6 +769,7 @@ impl Reactor {
             let req = Request {
                 inner: Mutex::new(Some(inner)),
                 message: r.message.clone_ref(py),
+                len: r.len,
                 peer: r.peer,
                 id: r.id,
             };

@@ -3,10 +3,12 @@ while a call or a receive waits (else the server thread below could never run)."
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import sys
 import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -47,7 +49,7 @@ def test_call_and_reply_between_threads(port: int) -> None:
 def test_many_threads_share_a_socket(port: int) -> None:
     with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         serve_in_thread(server)
-        results: dict[int, bytes] = {}
+        results: dict[int, memoryview] = {}
 
         def worker(i: int) -> None:
             for j in range(50):
@@ -71,11 +73,11 @@ def test_recv_request_timeout(port: int) -> None:
 
 def test_request_is_answered_once(port: int) -> None:
     with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
-        results: list[bytes] = []
+        results: list[memoryview] = []
         t = threading.Thread(target=lambda: results.append(client.call(server.local_addr, b"q", timeout=10)))
         t.start()
         req = server.recv_request(timeout=10)
-        assert (req.message, req.answered) == (b"q", False)
+        assert (bytes(req.message), req.answered) == (b"q", False)
         assert req.peer == client.local_addr
         assert req.id % 2 == 1
         req.reply(bytearray(b"a"))
@@ -154,6 +156,41 @@ def test_blocking_writable_sends_are_copied(port: int) -> None:
         t.join()
 
 
+def test_received_messages_are_views_of_the_receive_buffer(port: int) -> None:
+    """A received message is a read-only memoryview over the buffer Homa received it into:
+    receiving a 4 MB request and its 4 MB echo allocates none of their bytes in Python, and
+    a slice keeps the buffer alive after the message itself is gone."""
+    big = dict(SLACK, max_message_length=8_000_000)
+    with homa.Socket(port, host=LOCAL, **big) as server, homa.Socket(host=LOCAL, **big) as client:
+        payload = np.random.default_rng(4).integers(0, 255, 4_000_000, dtype=np.uint8).tobytes()
+        seen: list[memoryview] = []
+
+        def answer() -> None:
+            req = server.recv_request(timeout=10)
+            seen.append(req.message)
+            req.reply(req.message)  # read-only: sent from the receive buffer as it is
+
+        t = threading.Thread(target=answer)
+        tracemalloc.start()
+        t.start()
+        reply = client.call(server.local_addr, payload, timeout=10)
+        t.join()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < 200_000, f"Python allocated {peak} bytes: a message was copied"
+        for message in (reply, seen[0]):
+            assert isinstance(message, memoryview) and message.readonly
+            assert (message.nbytes, message.format, message.ndim) == (4_000_000, "B", 1)
+            assert type(message.obj).__name__ == "ReceivedBuffer"
+            with pytest.raises(TypeError):
+                message[0] = 1
+        assert reply == payload and np.frombuffer(reply, dtype=np.uint8)[-1] == payload[-1]
+        tail = reply[-1000:]
+        del reply, seen[:]
+        gc.collect()
+        assert tail == payload[-1000:]
+
+
 def test_port_is_free_while_a_request_is_held(port: int) -> None:
     """close() releases the port even while a request (which refers to the socket's shared
     state) lives on; answering it then raises ShutdownError."""
@@ -222,7 +259,7 @@ def test_blocking_calls_wait_for_room_unless_told_not_to(port: int) -> None:
         host=LOCAL, wmem_max=5_000_000, **SLACK
     ) as client:
         serve_in_thread(server)
-        results: list[bytes] = []
+        results: list[memoryview] = []
         threads = [
             threading.Thread(target=lambda: results.append(client.call(server.local_addr, big)))
             for _ in range(20)
@@ -262,6 +299,6 @@ def test_blocking_host_names_are_resolved(port: int) -> None:
     ) as client:
         assert server.local_addr == ("127.0.0.1", port)
         serve_in_thread(server)
-        assert client.call(f"localhost:{port}", b"abc", timeout=10) == b"cba"
+        assert bytes(client.call(f"localhost:{port}", b"abc", timeout=10)) == b"cba"
         with pytest.raises(homa.InvalidArgumentError, match="cannot resolve"):
             client.call(("no-such-host.invalid", port), b"x", timeout=10)

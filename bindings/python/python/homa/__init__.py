@@ -13,8 +13,9 @@
 
 Messages hold between 1 and 1,000,000 bytes (the Linux module's limit; raise it with
 ``max_message_length=`` on both ends); sends take any bytes-like object
-(read-only ones such as ``bytes`` without a copy, writable ones copied once); received
-messages are ``bytes``. Errors are :class:`HomaError` subclasses (see
+(read-only ones such as ``bytes`` without a copy, writable ones copied once); a received
+message is a read-only ``memoryview`` over the buffer it was received into, not a copy
+(``bytes(m)`` copies it). Errors are :class:`HomaError` subclasses (see
 :mod:`homa.errors`)."""
 
 from __future__ import annotations

@@ -161,11 +161,12 @@ class AsyncSocket:
         timeout: float | None = None,
         *,
         block: bool = True,
-    ) -> bytes:
+    ) -> memoryview:
         """Sends ``message`` (any bytes-like object: read-only ones such as ``bytes`` are
         sent without a copy, writable ones copied once) to the Homa server at ``dest``
         (``(host, port)`` or ``"host:port"``; the host an IP address or a name, resolved
-        without blocking the loop and remembered by this socket) and returns its response.
+        without blocking the loop and remembered by this socket) and returns its response, a
+        read-only ``memoryview`` over the buffer it was received into (no copy).
 
         ``timeout`` (seconds) bounds the call (:class:`homa.TimeoutError`, kind
         ``"timeout"``; also ``asyncio.TimeoutError``). Independently, a server that sends

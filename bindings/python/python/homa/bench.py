@@ -94,7 +94,7 @@ class TcpClient:
         return await self.reader.readexactly(n)
 
 
-async def latency(call: Callable[[bytes], Awaitable[bytes]], message: bytes, n: int) -> list[int]:
+async def latency(call: Callable[[bytes], Awaitable[object]], message: bytes, n: int) -> list[int]:
     times = []
     for _ in range(n):
         t0 = time.perf_counter_ns()
@@ -103,11 +103,11 @@ async def latency(call: Callable[[bytes], Awaitable[bytes]], message: bytes, n: 
     return times
 
 
-async def throughput(calls: list[Callable[[bytes], Awaitable[bytes]]], message: bytes, n: int) -> float:
+async def throughput(calls: list[Callable[[bytes], Awaitable[object]]], message: bytes, n: int) -> float:
     """Calls per second with one closed-loop caller per entry of `calls`, n calls in all."""
     per = n // len(calls)
 
-    async def caller(call: Callable[[bytes], Awaitable[bytes]]) -> None:
+    async def caller(call: Callable[[bytes], Awaitable[object]]) -> None:
         for _ in range(per):
             await call(message)
 
@@ -137,7 +137,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     hsock = await homa.open(host=host)
     hdest = (host, ports["homa"])
 
-    async def homa_call(m: bytes) -> bytes:
+    async def homa_call(m: bytes) -> memoryview:
         return await hsock.call(hdest, m, timeout=5.0)
 
     conns = [TcpClient(*await asyncio.open_connection(host, ports["tcp"])) for _ in range(args.concurrency)]
