@@ -29,8 +29,9 @@ requests outstanding: for Homa one thread with that many calls in flight on one 
 TCP that many connections (TCP_NODELAY), each with one length-framed message at a time and \
 its own thread at both ends. Gbit/s counts request and response bytes. Contenders take turns \
 (--rounds turns of --seconds each, order rotating), so load from elsewhere hits all alike. \
-Homa's pacer is set to 1 Tbit/s; --mtu sets the largest IP packet Homa sends (the loopback \
-device takes 65,536 bytes; with 1500 UDP GSO/GRO batch packets where the kernel can); \
+Homa's pacer is set to 1 Tbit/s; --mtu sets the largest IP packet Homa sends: 1500 by \
+default, the MTU of real networks, where UDP GSO/GRO batch packets in the kernel; the \
+loopback device takes up to 65,535, which Homa sockets use there when given no MTU; \
 --max-incoming caps the bytes a receiver has granted and not yet received (a higher cap \
 means fewer GRANT round trips, each of which wakes a thread at both ends). CPU is this \
 process's user + system time (both ends), per GB moved and as cores busy.")]
@@ -42,7 +43,7 @@ pub(crate) struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
     in_flight: Vec<usize>,
     /// Homa MTUs to run (comma-separated; each is a contender).
-    #[arg(long, value_delimiter = ',', default_values_t = [1500, 65535])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1500])]
     mtu: Vec<u32>,
     /// Homa's cap on granted-but-unreceived bytes per receiver (the module's default).
     #[arg(long, default_value_t = Config::default().incoming_cap())]
