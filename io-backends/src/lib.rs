@@ -20,8 +20,9 @@
 //! directly; with UDP it sleeps in the receive call, [`Transport::waiter`], except while
 //! bulk data is received in place); the driver
 //! thread receives the rest and runs timers. Completions reach other waiting
-//! threads through condition variables and tasks through their `Waker`s. Nothing spins
-//! unless [`Builder::busy_poll`] asks for it. The crate's README has the details.
+//! threads through condition variables and tasks through their `Waker`s. A blocked thread
+//! polls for up to 50 µs before it sleeps, while that pays ([`Builder::busy_poll`]). The
+//! crate's README has the details.
 //!
 //! ```
 //! use homa_io::Socket;

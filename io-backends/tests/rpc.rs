@@ -116,6 +116,31 @@ fn loopback_sockets_default_to_64_kb_packets_unpaced() {
 /// Homa's defaults give up on a peer after 100 ms of silence. A debug build on two shared
 /// cores can leave a thread unscheduled that long while 1,000 RPCs are in flight; these
 /// tests are about correctness, so they allow 2 s.
+/// Blocked callers busy-poll by default (the module's 50 µs), and never with a zero window;
+/// both ends count the waits that did.
+#[test]
+fn blocked_callers_busy_poll_unless_told_not_to() {
+    for (builder, polls) in [
+        (Socket::builder().config(patient()), true),
+        (Socket::builder().config(patient()).busy_poll(std::time::Duration::ZERO), false),
+    ] {
+        let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+        let echoer = echo(&server);
+        let client = builder.client(loopback_v4()).unwrap();
+        for i in 0..200u32 {
+            let message = i.to_le_bytes().to_vec();
+            let response = client.call(server.local_addr(), message.clone(), None).unwrap();
+            assert_eq!(response, message);
+        }
+        let (c, s) = (client.metrics(), server.metrics());
+        server.shutdown();
+        echoer.join().unwrap();
+        assert!(c.busy_polls_paid <= c.busy_polls, "{c:?}");
+        let spun = c.busy_polls + s.busy_polls;
+        assert_eq!(spun > 0, polls, "busy polls: client {}, server {}", c.busy_polls, s.busy_polls);
+    }
+}
+
 fn patient() -> Config {
     Config { timeout_ticks: 2000, ..Config::default() }
 }

@@ -66,8 +66,9 @@ fn seconds(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Durati
 ///
 /// ``port`` given: a server on Homa port ``port`` (1..32767) of ``host``, which can also
 /// make calls. ``port=None``: a client with an ephemeral port. Keyword arguments set
-/// ``Config`` fields by the module's tunable names; ``busy_poll`` (seconds) makes waiting
-/// threads spin before sleeping; ``allow`` is a list of CIDR prefixes to accept packets from.
+/// ``Config`` fields by the module's tunable names; ``busy_poll`` (seconds; default 50 µs,
+/// adaptive; 0: never) is how long a blocked thread polls before it sleeps; ``allow`` is a
+/// list of CIDR prefixes to accept packets from.
 ///
 /// Blocking methods release the GIL while they wait. Use it as a context manager, or call
 /// :meth:`close`.

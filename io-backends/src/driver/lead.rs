@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use homa_core::Payload;
 
+use super::spin::Spun;
 use super::state::Receiver;
 use super::{Completion, Inner, LEADER_GRACE, Shared, lock, this_thread};
 use crate::error::Result;
@@ -109,10 +110,6 @@ impl Shared {
         then: impl FnOnce(&mut Inner) -> R,
     ) -> R {
         self.start_leading(&mut inner); // this thread receives now
-        // Sleep in the transport's own receive call when there is one, unless busy polling
-        // (it needs `poll`) is asked for. The receive call has no timeout: a deadline is
-        // the driver thread's to enforce (it wakes the leader).
-        let use_waiter = self.has_waiter && self.busy_poll.is_none();
         loop {
             let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
             if inner.is_closed() || done(&inner) || expired {
@@ -124,13 +121,18 @@ impl Shared {
                 self.release(inner);
                 return r;
             }
-            // Bulk data is received in place, one datagram at a time: not by the waiter.
-            if use_waiter && !inner.intake.placing {
+            // Sleep in the transport's own receive call when there is one, unless this wait
+            // spins first (which needs `poll`). Bulk data is received in place, one
+            // datagram at a time: not by the waiter. The receive call has no timeout: a
+            // deadline is the driver thread's to enforce (it wakes the leader).
+            let spin = self.spin.wanted();
+            if self.has_waiter && !spin && !inner.intake.placing {
                 inner = self.wait_in_waiter(inner, until);
                 continue;
             }
+            inner.waiter_in_use(false); // this thread watches the readiness fd now
             self.release(inner);
-            let (kicked, errored) = self.await_input(until);
+            let (kicked, errored) = self.await_input(until, spin);
             inner = self.lock();
             self.turn(&mut inner, true);
             if kicked {
@@ -222,9 +224,13 @@ impl Shared {
     }
 
     /// Sleeps until the transport is readable or in error, the leader is kicked, or `until`
-    /// passes; with busy polling, checks without sleeping for a while first. Returns
+    /// passes; with `spin`, checks without sleeping for a while first ([`Spin`]). Returns
     /// whether it was kicked and whether the transport is in error.
-    pub(super) fn await_input(&self, until: Option<std::time::Instant>) -> (bool, bool) {
+    pub(super) fn await_input(
+        &self,
+        until: Option<std::time::Instant>,
+        spin: bool,
+    ) -> (bool, bool) {
         let mut fds = [
             libc::pollfd { fd: self.readiness, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: self.kick.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -233,14 +239,7 @@ impl Shared {
             // SAFETY: fds is a live array of the length given.
             unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
         };
-        let mut ready = false;
-        if let Some(spin) = self.busy_poll {
-            let start = std::time::Instant::now();
-            while !ready && start.elapsed() < spin {
-                ready = poll(0) != 0;
-                std::hint::spin_loop();
-            }
-        }
+        let ready = spin && self.spin.spin(|| poll(0) != 0) == Spun::Ready;
         if !ready {
             let timeout = until.map_or(-1, |u| {
                 let left = u.saturating_duration_since(std::time::Instant::now());

@@ -24,6 +24,7 @@
 mod calls;
 mod lead;
 mod receive;
+mod spin;
 mod state;
 mod timer;
 mod transmit;
@@ -45,6 +46,8 @@ use homa_core::time::Nanos;
 use calls::{Calls, ToWake};
 pub(crate) use calls::{Completion, Incoming};
 use receive::Intake;
+pub(crate) use spin::DEFAULT_SPIN;
+use spin::Spin;
 use state::{Receiver, Watch};
 use timer::{Alarm, TICK_SLACK};
 
@@ -124,7 +127,8 @@ pub(crate) struct Shared {
     timer: OwnedFd,
     origin: u64,
     closed: AtomicBool,
-    busy_poll: Option<Duration>,
+    /// Whether and how long a waiting leader polls before it sleeps.
+    spin: Spin,
     /// The transport's blocking receiver, if it has one ([`Transport::waiter`]), with a
     /// batch of its own; used by the leader only; `None` once closed.
     waiter: Mutex<Option<(Box<dyn Waiter>, Batch)>>,
@@ -197,7 +201,7 @@ impl Shared {
         endpoint: Endpoint,
         mut transport: Box<dyn Transport>,
         allow: Vec<Cidr>,
-        busy_poll: Option<Duration>,
+        busy_poll: Duration,
     ) -> Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
         let (wake, kick) = (eventfd()?, eventfd()?);
         // SAFETY: plain system calls creating new descriptors.
@@ -257,7 +261,7 @@ impl Shared {
             timer,
             origin,
             closed: AtomicBool::new(false),
-            busy_poll,
+            spin: Spin::new(busy_poll),
             waiter: Mutex::new(waiter),
             has_waiter,
             wake_waiter: Mutex::new(wake_waiter),
@@ -280,6 +284,11 @@ impl Shared {
 
     /// Runs `f` on the locked state with the current time, then wakes whoever `f` made
     /// ready.
+    /// Waits that busy-polled, and those that found their packet so ([`Spin::counts`]).
+    pub(crate) fn spin_counts(&self) -> (u64, u64) {
+        self.spin.counts()
+    }
+
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner, Nanos) -> R) -> R {
         let mut inner = self.lock();
         let now = inner.clock(self.now());

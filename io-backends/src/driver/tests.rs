@@ -219,7 +219,7 @@ impl Setup {
         let port = endpoint.bind_ephemeral().unwrap();
         let net = Net::new();
         let fake = Box::new(Fake { net: Arc::clone(&net), waiter });
-        let (shared, thread) = Shared::start(endpoint, fake, vec![], None).unwrap();
+        let (shared, thread) = Shared::start(endpoint, fake, vec![], Duration::ZERO).unwrap();
         Setup { shared, thread: Some(thread), port, net }
     }
 

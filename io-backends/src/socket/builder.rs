@@ -10,7 +10,7 @@ use homa_core::{ApiError, Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT};
 
 use super::{Socket, claim_raw_port, path, raw_ports, release_raw_port};
 use crate::cidr::Cidr;
-use crate::driver::Shared;
+use crate::driver::{DEFAULT_SPIN, Shared};
 use crate::error::Result;
 use crate::transport::{self, TransportKind};
 
@@ -75,8 +75,12 @@ impl Builder {
         self
     }
 
-    /// Trade CPU for latency: a thread blocked in `call`, `Call::wait` or `recv_request`
-    /// polls the socket without sleeping for up to `spin` before it sleeps. Off by default.
+    /// How long a thread blocked in `call`, `Call::wait` or `recv_request` polls the
+    /// socket before it sleeps (default 50 µs, the module's `poll_usecs`; zero: never).
+    /// Spinning saves the sleeping end its wake-up, most of a round trip across CPUs, for
+    /// CPU time. It adapts: a spin that ends without a packet, or whose yield ran another
+    /// thread on the CPU, makes the next waits sleep at once (1, 2, 4, ... up to 1,024 of
+    /// them), and one that finds its packet spins again next time.
     pub fn busy_poll(mut self, spin: Duration) -> Builder {
         self.busy_poll = Some(spin);
         self
@@ -154,8 +158,8 @@ impl Builder {
             true => SocketAddr::new(transport.local_addr().ip(), port),
             false => transport.local_addr(),
         };
-        let (shared, thread) = match Shared::start(endpoint, transport, self.allow, self.busy_poll)
-        {
+        let spin = self.busy_poll.unwrap_or(DEFAULT_SPIN);
+        let (shared, thread) = match Shared::start(endpoint, transport, self.allow, spin) {
             Ok(started) => started,
             Err(e) => {
                 release_raw_port(claim);

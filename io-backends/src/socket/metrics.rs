@@ -13,6 +13,12 @@ pub struct Metrics {
     pub dropped_by_allow_list: u64,
     /// Times the driver thread woke up to do work.
     pub wakeups: u64,
+    /// Waits that polled the socket before sleeping ([`Builder::busy_poll`]).
+    ///
+    /// [`Builder::busy_poll`]: super::Builder::busy_poll
+    pub busy_polls: u64,
+    /// Of those, the ones that found what they waited for while polling.
+    pub busy_polls_paid: u64,
     /// Calls waiting for a response.
     pub pending_calls: u64,
     /// Requests received and not yet taken by `recv_request`.
@@ -35,6 +41,8 @@ impl Metrics {
         for (name, n) in [
             ("dropped_by_allow_list", self.dropped_by_allow_list),
             ("wakeups", self.wakeups),
+            ("busy_polls", self.busy_polls),
+            ("busy_polls_paid", self.busy_polls_paid),
             ("pending_calls", self.pending_calls),
             ("queued_requests", self.queued_requests),
             ("receive_errors", self.receive_errors),

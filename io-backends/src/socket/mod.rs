@@ -353,11 +353,14 @@ impl Socket {
 
     /// A snapshot of the counters.
     pub fn metrics(&self) -> Metrics {
+        let (busy_polls, busy_polls_paid) = self.shared.spin_counts();
         self.shared.with(|inner, _| Metrics {
             core: inner.endpoint.metrics(),
             transport: inner.transport_stats(),
             dropped_by_allow_list: inner.counters.dropped_by_allow_list,
             wakeups: inner.counters.wakeups,
+            busy_polls,
+            busy_polls_paid,
             pending_calls: inner.pending_calls() as u64,
             queued_requests: inner.queued_requests() as u64,
             receive_errors: inner.counters.receive_errors,
