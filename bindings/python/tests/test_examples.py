@@ -4,11 +4,14 @@ then the server stopped with SIGINT (it must exit cleanly)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import free_port
@@ -80,18 +83,48 @@ def test_the_readme_example_runs(readme: Path, printed: str) -> None:
     assert out.stdout.strip() == printed
 
 
-def test_benchmark_runs() -> None:
+def run_benchmark(tmp_path: Path, *args: str, **env: str) -> tuple[dict[str, Any], str]:
     """`python -m homa.bench` end to end, tiny (its figures are not checked: speed belongs in
-    the benchmark, not in tests)."""
-    import json
-
+    the benchmark, not in tests); returns its JSON report and what it wrote to stderr."""
+    report = tmp_path / "bench.json"
+    tiny = ["--rounds", "1", "--seconds", "0.05", "--concurrency", "4", "--json", str(report)]
     out = subprocess.run(
-        [sys.executable, "-m", "homa.bench", "--rounds", "1", "--calls", "50", "--concurrency", "4", "--json"],
+        [sys.executable, "-m", "homa.bench", *tiny, *args],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **env},
     )
     assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
-    assert set(result["homa"]) == {"p50_us", "p99_us", "calls_per_s"}
-    assert result["tcp"]["calls_per_s"] > 0 and result["homa"]["calls_per_s"] > 0
+    assert "calls/s" in out.stdout
+    return json.loads(report.read_text()), out.stderr
+
+
+def test_benchmark_runs(tmp_path: Path) -> None:
+    """Every workload (the tensor's needs a larger max_message_length on both homa ends),
+    against every contender installed here."""
+    result, _ = run_benchmark(tmp_path)
+    rows = [(row["workload"], row["in_flight"]) for row in result["rows"]]
+    assert rows == [("small", 4), ("1mb", 1), ("1mb", 8), ("tensor", 1)]
+    for row in result["rows"]:
+        contenders = set(row["results"])
+        assert {"homa", "tcp"} <= contenders
+        assert contenders | set(result["skipped"]) == {"homa", "tcp", "grpc", "zmq"}
+        assert set(row["homa_over"]) == contenders - {"homa"}
+        for x in row["results"].values():
+            assert set(x) == {"calls_per_s", "cpu_us_per_call", "p50_us", "p99_us"}
+            assert x["calls_per_s"] > 0
+
+
+def test_benchmark_skips_a_missing_peer(tmp_path: Path) -> None:
+    """A peer whose package cannot be imported is left out with a note, not an error."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for module in ("grpc", "zmq"):
+        (hidden / f"{module}.py").write_text(f"raise ImportError('{module} hidden by the test')\n")
+    path = os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH")) if p)
+    result, stderr = run_benchmark(tmp_path, "--workload", "small", PYTHONPATH=path)
+    assert "skipping grpc: grpcio is not importable" in stderr
+    assert "skipping zmq: pyzmq is not importable" in stderr
+    assert set(result["skipped"]) == {"grpc", "zmq"}
+    assert set(result["rows"][0]["results"]) == {"homa", "tcp"}
