@@ -62,6 +62,10 @@ export class Socket {
   readonly localAddr: string;
   readonly port: number;
   readonly transport: Transport;
+  /** The largest IP packet this socket sends: `mtu` as given, or the interface's (65,535 on loopback). */
+  readonly mtu: number;
+  /** The link rate the pacer keeps to, Mbit/s: `link_mbps` as given, or the interface's (unpaced on loopback). */
+  readonly linkMbps: number;
   readonly closed: boolean;
   /** Sends `data` to `dest` ("host:port") and resolves to the response. From 64 KiB on, `data` is read in place until the call settles. */
   call(dest: string, data: Bytes, options?: CallOptions): Promise<Buffer>;

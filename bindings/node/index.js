@@ -208,6 +208,10 @@ class Socket {
   get port() { return this._inner.port; }
   /** The transport in use. */
   get transport() { return this._inner.transport; }
+  /** The largest IP packet this socket sends: `mtu` as given, or the interface's. */
+  get mtu() { return this._inner.mtu; }
+  /** The link rate the pacer keeps to, Mbit/s: `link_mbps` as given, or the interface's. */
+  get linkMbps() { return this._inner.linkMbps; }
   /** Whether `close` was called. */
   get closed() { return this._inner.closed; }
 

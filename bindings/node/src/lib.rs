@@ -65,6 +65,9 @@ pub struct NativeSocket {
     local: SocketAddr,
     port: u16,
     transport: &'static str,
+    /// The MTU and link rate the socket runs with: given, or taken from the path.
+    mtu: u32,
+    link_mbps: u32,
 }
 
 #[napi]
@@ -111,6 +114,8 @@ impl NativeSocket {
             local: inner.local_addr(),
             port: inner.port(),
             transport: inner.transport().name(),
+            mtu: inner.mtu(),
+            link_mbps: inner.link_mbps(),
             reactor: Reactor::start(env.raw(), inner, spin)?,
         })
     }
@@ -131,6 +136,19 @@ impl NativeSocket {
     #[napi(getter)]
     pub fn transport(&self) -> String {
         self.transport.into()
+    }
+
+    /// The largest IP packet this socket sends: the `mtu` given, or the interface's.
+    #[napi(getter)]
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The link rate its pacer keeps to, in Mbit/s: the `link_mbps` given, or the
+    /// interface's speed (unpaced on loopback).
+    #[napi(getter)]
+    pub fn link_mbps(&self) -> u32 {
+        self.link_mbps
     }
 
     /// Whether `close` was called.

@@ -98,6 +98,17 @@ test('timeouts: the caller\'s, and Homa\'s own for a silent peer', async () => {
   silent.close();
 });
 
+test('MTU and link rate come from the interface unless given', async () => {
+  const opened = [];
+  for (const options of [{}, { mtu: 1500, link_mbps: 25000 }, { mtu: 9000 }]) {
+    const sock = await homa.open({ host: LOCAL, ...options });
+    opened.push([sock.mtu, sock.linkMbps]);
+    sock.close();
+  }
+  // Loopback: 64 KB packets, unpaced; given values win, the module's defaults included.
+  assert.deepEqual(opened, [[65535, 1000000], [1500, 25000], [9000, 1000000]]);
+});
+
 test('busy polling: calls complete; the option is checked', async () => {
   const { server, serving } = await echoServer({ busyPollMs: 0.2 });
   const client = await homa.open({ host: LOCAL, busyPollMs: 0.2, ...PATIENT });

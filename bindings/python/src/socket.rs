@@ -82,6 +82,9 @@ pub(crate) struct Socket {
     local: std::net::SocketAddr,
     port: u16,
     kind: TransportKind,
+    /// The MTU and link rate the socket runs with: given, or taken from the path.
+    mtu: u32,
+    link_mbps: u32,
     /// The metrics at close, so they stay readable.
     last_metrics: Mutex<Option<homa_io::Metrics>>,
 }
@@ -162,6 +165,8 @@ impl Socket {
             local: inner.local_addr(),
             port: inner.port(),
             kind: inner.transport(),
+            mtu: inner.mtu(),
+            link_mbps: inner.link_mbps(),
             inner: Mutex::new(Some(Arc::new(inner))),
             last_metrics: Mutex::new(None),
         })
@@ -184,6 +189,20 @@ impl Socket {
     #[getter]
     fn transport(&self) -> &'static str {
         self.kind.name()
+    }
+
+    /// The largest IP packet this socket sends: the ``mtu`` given, or the MTU of the
+    /// interface it sends by (65,535 on loopback).
+    #[getter]
+    fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The link rate its pacer keeps to, in Mbit/s: the ``link_mbps`` given, or the speed
+    /// of the interface it sends by (unpaced on loopback; 25,000 where none is reported).
+    #[getter]
+    fn link_mbps(&self) -> u32 {
+        self.link_mbps
     }
 
     /// Whether :meth:`close` was called.

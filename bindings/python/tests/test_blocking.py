@@ -46,6 +46,17 @@ def test_call_and_reply_between_threads(port: int) -> None:
     assert server.closed and client.closed
 
 
+def test_mtu_and_link_rate_come_from_the_interface_unless_given() -> None:
+    """On loopback a socket sends 64 KB packets unpaced; values given win, the module's
+    defaults (1500, 25,000) included."""
+    with homa.Socket(host=LOCAL) as s:
+        assert (s.mtu, s.link_mbps) == (65_535, 1_000_000)
+    with homa.Socket(host=LOCAL, mtu=1500, link_mbps=25_000) as s:
+        assert (s.mtu, s.link_mbps) == (1500, 25_000)
+    with homa.Socket(host=LOCAL, mtu=9000) as s:
+        assert (s.mtu, s.link_mbps) == (9000, 1_000_000)
+
+
 def test_many_threads_share_a_socket(port: int) -> None:
     with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         serve_in_thread(server)

@@ -146,6 +146,16 @@ class AsyncSocket:
         return self._native.transport
 
     @property
+    def mtu(self) -> int:
+        """The largest IP packet this socket sends (given, or the interface's)."""
+        return self._native.mtu
+
+    @property
+    def link_mbps(self) -> int:
+        """The link rate the pacer keeps to, Mbit/s (given, or the interface's)."""
+        return self._native.link_mbps
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (or the underlying socket closed)."""
         return not self._detach.alive or self._native.closed
