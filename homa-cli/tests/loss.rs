@@ -229,7 +229,10 @@ fn client_args<'a>(server: &'a str, transport: &'a str, requests: &'a str) -> Ve
 }
 
 fn client_report(out: std::process::Output) -> Value {
-    assert!(out.status.success(), "homa client failed: {}", String::from_utf8_lossy(&out.stderr));
+    // The report (stdout) says which calls failed and why.
+    let (stderr, report) =
+        (String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    assert!(out.status.success(), "homa client failed: {stderr}\nits report: {report}");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", out.stdout))
 }
 
