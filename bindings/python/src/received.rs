@@ -62,6 +62,8 @@ fn new_type(py: Python<'_>) -> PyResult<Py<PyType>> {
     let mut slots = [
         ffi::PyType_Slot { slot: PY_BF_GETBUFFER, pfunc: get_buffer as *mut c_void },
         ffi::PyType_Slot { slot: ffi::Py_tp_dealloc, pfunc: dealloc as *mut c_void },
+        // Only `message` makes them: one made from Python would own no message.
+        ffi::PyType_Slot { slot: ffi::Py_tp_new, pfunc: refuse_new as *mut c_void },
         ffi::PyType_Slot {
             slot: ffi::Py_tp_doc,
             pfunc: c"The buffer a message was received into, under a memoryview.".as_ptr()
@@ -80,6 +82,22 @@ fn new_type(py: Python<'_>) -> PyResult<Py<PyType>> {
     // the name and doc are static).
     let tp = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(&mut spec))? };
     Ok(tp.cast_into::<PyType>()?.unbind())
+}
+
+/// `tp_new`: the type cannot be instantiated from Python.
+unsafe extern "C" fn refuse_new(
+    _tp: *mut ffi::PyTypeObject,
+    _args: *mut ffi::PyObject,
+    _kwargs: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: called by CPython with the GIL held; sets an exception and signals it.
+    unsafe {
+        ffi::PyErr_SetString(
+            ffi::PyExc_TypeError,
+            c"ReceivedBuffer objects come only from received messages".as_ptr(),
+        );
+    }
+    ptr::null_mut()
 }
 
 /// `bf_getbuffer`: a read-only, one-dimensional export of the whole message.

@@ -193,6 +193,8 @@ def test_received_messages_are_views_of_the_receive_buffer(port: int) -> None:
             assert isinstance(message, memoryview) and message.readonly
             assert (message.nbytes, message.format, message.ndim) == (4_000_000, "B", 1)
             assert type(message.obj).__name__ == "ReceivedBuffer"
+            with pytest.raises(TypeError, match="only from received messages"):
+                type(message.obj)()
             with pytest.raises(TypeError):
                 message[0] = 1
         assert reply == payload and np.frombuffer(reply, dtype=np.uint8)[-1] == payload[-1]

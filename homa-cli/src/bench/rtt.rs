@@ -52,8 +52,8 @@ pub(crate) struct Args {
     /// Write the results as JSON here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Let a blocked Homa caller poll without sleeping for this many µs first (trades CPU
-    /// for latency; on a machine without spare cores it only hurts).
+    /// How long a blocked Homa caller polls before it sleeps, in µs (default: homa-io's
+    /// 50, backing off while it does not pay; 0: never).
     #[arg(long, value_name = "US")]
     busy_poll_us: Option<u64>,
     /// Where the threads run: wherever the scheduler puts them (any), all on one CPU

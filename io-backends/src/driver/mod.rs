@@ -282,13 +282,13 @@ impl Shared {
         lock(&self.inner)
     }
 
-    /// Runs `f` on the locked state with the current time, then wakes whoever `f` made
-    /// ready.
     /// Waits that busy-polled, and those that found their packet so ([`Spin::counts`]).
     pub(crate) fn spin_counts(&self) -> (u64, u64) {
         self.spin.counts()
     }
 
+    /// Runs `f` on the locked state with the current time, then wakes whoever `f` made
+    /// ready.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner, Nanos) -> R) -> R {
         let mut inner = self.lock();
         let now = inner.clock(self.now());

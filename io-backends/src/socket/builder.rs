@@ -67,9 +67,10 @@ impl Builder {
         self
     }
 
-    /// Uplink speed in Mbit/s, for the pacer. By default the speed the interface's driver
-    /// reports (the same interface as [`mtu`](Builder::mtu)'s), unpaced on loopback, and
-    /// 25,000 (the module's default) where the driver reports none, as virtio's do.
+    /// Uplink speed in Mbit/s, for the pacer. By default the speed the driver of the
+    /// interface holding the local address reports (veth's say 10,000), unpaced on
+    /// loopback, and 25,000 (the module's default) where the driver reports none, as
+    /// virtio's do, or the socket is bound to an unspecified address.
     pub fn link_mbps(mut self, mbps: u32) -> Builder {
         self.link_mbps = Some(mbps);
         self
@@ -123,6 +124,7 @@ impl Builder {
         let mut config = self.config;
         config.outer_header_bytes = transport.outer_header_bytes();
         fit_path(&mut config, self.mtu, self.link_mbps, local, transport.max_packet_len());
+        fit_grants(&mut config, transport.receive_buffer());
         if config.seed == 0 {
             config.seed = random_seed();
         }
@@ -172,6 +174,22 @@ impl Builder {
     }
 }
 
+/// Granted bytes beyond what the socket can queue (`queue`) are dropped and must be resent:
+/// unless `max_incoming` is set, a receiver grants no more ahead than that (an unprivileged
+/// socket gets net.core.rmem_max, 208 KB by default; the link rate alone may allow
+/// megabytes).
+fn fit_grants(config: &mut Config, queue: Option<usize>) {
+    if config.max_incoming != 0 {
+        return;
+    }
+    if let Some(queue) = queue {
+        let queue = u32::try_from(queue).unwrap_or(u32::MAX).max(config.mtu);
+        if queue < config.incoming_cap() {
+            config.max_incoming = queue;
+        }
+    }
+}
+
 /// Sets `mtu` and `link_mbps` to the values given, or where none was given and the config
 /// holds the default, to what the interface `local` sends by has (see [`Builder::mtu`]).
 fn fit_path(
@@ -196,6 +214,8 @@ fn fit_path(
     };
     config.link_mbps = match (link_mbps, &iface) {
         (Some(mbps), _) => mbps,
+        // Bound to every address, the socket may talk over any interface: no one's speed.
+        (None, _) if local.ip().is_unspecified() => config.link_mbps,
         (None, Some(i)) if auto_rate && i.loopback => path::LOOPBACK_MBPS,
         (None, Some(i)) if auto_rate => i.speed_mbps.unwrap_or(config.link_mbps),
         _ => config.link_mbps,
@@ -219,4 +239,27 @@ fn random_seed() -> u64 {
             .map_or(1, |d| d.as_nanos() as u64);
     }
     u64::from_ne_bytes(seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receivers_grant_no_more_ahead_than_their_socket_queues() {
+        // Unpaced (loopback), the link alone would allow 16 MB ahead.
+        let fast = Config { link_mbps: 1_000_000, ..Config::default() };
+        let fitted = |config: &Config, queue| {
+            let mut c = config.clone();
+            fit_grants(&mut c, queue);
+            c.incoming_cap()
+        };
+        assert_eq!(fitted(&fast, Some(212_992)), 212_992, "an unprivileged socket's default");
+        assert_eq!(fitted(&fast, Some(8 << 20)), 8 << 20, "a privileged socket's 8 MB");
+        assert_eq!(fitted(&fast, None), 16_000_000, "nothing known");
+        // At 25 Gbit/s the link allows 400,000 bytes, which 8 MB holds.
+        assert_eq!(fitted(&Config::default(), Some(8 << 20)), 400_000);
+        let set = Config { max_incoming: 1_000_000, ..fast };
+        assert_eq!(fitted(&set, Some(100_000)), 1_000_000, "a value given wins");
+    }
 }

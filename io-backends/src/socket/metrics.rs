@@ -13,7 +13,8 @@ pub struct Metrics {
     pub dropped_by_allow_list: u64,
     /// Times the driver thread woke up to do work.
     pub wakeups: u64,
-    /// Waits that polled the socket before sleeping ([`Builder::busy_poll`]).
+    /// Waits that polled the socket before sleeping ([`Builder::busy_poll`]); not those
+    /// whose packet was there at the first look.
     ///
     /// [`Builder::busy_poll`]: super::Builder::busy_poll
     pub busy_polls: u64,

@@ -38,6 +38,11 @@ pub(crate) fn interface_for(local: IpAddr) -> Option<Interface> {
         addrs.iter().find(|a| a.ip == Some(local))?.name.clone()
     };
     let loopback = addrs.iter().any(|a| a.name == name && a.loopback);
+    // An address of a wider range held by the loopback device (an anycast or service
+    // address) sends over whichever interface routes its peers: none to tell.
+    if loopback && !local.is_loopback() && !local.is_unspecified() {
+        return None;
+    }
     let (mtu, speed_mbps) = device_mtu_and_speed(&name);
     Some(Interface { name, loopback, mtu, speed_mbps })
 }

@@ -389,6 +389,12 @@ pub trait Transport: Send + fmt::Debug {
         None
     }
 
+    /// How many bytes of datagrams the kernel queues for this transport before it drops
+    /// them, if known (a receiver grants no more than that ahead by default).
+    fn receive_buffer(&self) -> Option<usize> {
+        None
+    }
+
     /// Whether datagrams wait to be received: by default, whether the readiness fd is
     /// readable.
     fn input_waiting(&mut self) -> bool {

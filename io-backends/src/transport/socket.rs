@@ -85,6 +85,8 @@ pub struct SocketTransport {
     gro: Arc<Gro>,
     /// Empty datagrams from here are the waiter's wake-ups (see [`Transport::waiter`]).
     kick_from: Option<SocketAddr>,
+    /// The receive buffer the kernel granted, in bytes of datagrams.
+    rcvbuf: usize,
 }
 
 impl SocketTransport {
@@ -180,6 +182,7 @@ impl SocketTransport {
             gso,
             gro,
             kick_from: None,
+            rcvbuf: usize::try_from(rcv).unwrap_or(0),
         })
     }
 
@@ -224,6 +227,10 @@ impl Transport for SocketTransport {
 
     fn readiness_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
+    }
+
+    fn receive_buffer(&self) -> Option<usize> {
+        Some(self.rcvbuf)
     }
 
     fn send(&mut self, batch: &mut Batch) -> io::Result<()> {

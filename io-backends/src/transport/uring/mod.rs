@@ -86,6 +86,10 @@ impl Transport for UringTransport {
         self.ready_fd.as_fd()
     }
 
+    fn receive_buffer(&self) -> Option<usize> {
+        self.socket.receive_buffer()
+    }
+
     fn send(&mut self, batch: &mut Batch) -> io::Result<()> {
         let mut woken = false;
         let result = self.send_batch(batch, &mut woken);
