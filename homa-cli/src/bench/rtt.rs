@@ -341,7 +341,10 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         (Cpus::Any, _) => {}
         (Cpus::Same, [first, ..]) => pin_to(*first)?,
         (Cpus::Split, [_, second, ..]) => pin_to(*second)?,
-        (_, _) => return Err(Error::Input(format!("--cpus needs CPUs to run on: {cpus:?}"))),
+        (_, _) => {
+            let why = format!("--cpus split needs two CPUs; this process may run on {cpus:?}");
+            return Err(Error::Input(why));
+        }
     }
     let mut all: Vec<Contender> = CONTENDERS
         .iter()
