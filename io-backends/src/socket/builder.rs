@@ -190,8 +190,9 @@ fn fit_grants(config: &mut Config, queue: Option<usize>) {
     }
 }
 
-/// Sets `mtu` and `link_mbps` to the values given, or where none was given and the config
-/// holds the default, to what the interface `local` sends by has (see [`Builder::mtu`]).
+/// Sets `mtu` and `link_mbps` to the values given (to the builder, or in the config where
+/// it differs from the default), the others to those of the interface `local` sends by
+/// (see [`Builder::mtu`] and [`Builder::link_mbps`]).
 fn fit_path(
     config: &mut Config,
     mtu: Option<u32>,
@@ -200,26 +201,18 @@ fn fit_path(
     max_packet_len: usize,
 ) {
     let default = Config::default();
-    let auto_mtu = mtu.is_none() && config.mtu == default.mtu;
-    let auto_rate = link_mbps.is_none() && config.link_mbps == default.link_mbps;
-    let iface = match auto_mtu || auto_rate {
-        true => path::interface_for(local.ip()),
-        false => None,
+    let mtu = mtu.or((config.mtu != default.mtu).then_some(config.mtu));
+    let link_mbps =
+        link_mbps.or((config.link_mbps != default.link_mbps).then_some(config.link_mbps));
+    let iface = match (mtu, link_mbps) {
+        (Some(_), Some(_)) => None,
+        _ => path::interface_for(local.ip()),
     };
     let largest = u32::try_from(max_packet_len).unwrap_or(u32::MAX) + config.outer_header_bytes;
-    config.mtu = match (mtu, &iface) {
-        (Some(mtu), _) => mtu,
-        (None, Some(i)) if auto_mtu => i.mtu.map_or(config.mtu, |m| m.min(largest)),
-        _ => config.mtu,
-    };
-    config.link_mbps = match (link_mbps, &iface) {
-        (Some(mbps), _) => mbps,
-        // Bound to every address, the socket may talk over any interface: no one's speed.
-        (None, _) if local.ip().is_unspecified() => config.link_mbps,
-        (None, Some(i)) if auto_rate && i.loopback => path::LOOPBACK_MBPS,
-        (None, Some(i)) if auto_rate => i.speed_mbps.unwrap_or(config.link_mbps),
-        _ => config.link_mbps,
-    };
+    let path_mtu = iface.as_ref().and_then(|i| i.mtu).map(|m| m.min(largest));
+    config.mtu = mtu.or(path_mtu).unwrap_or(default.mtu);
+    config.link_mbps =
+        link_mbps.or(iface.as_ref().and_then(|i| i.link_mbps)).unwrap_or(default.link_mbps);
     if let Some(i) = iface {
         let (mtu, link_mbps) = (config.mtu, config.link_mbps);
         tracing::debug!(interface = %i.name, mtu, link_mbps, "defaults from the path");

@@ -10,17 +10,18 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The pacer's rate on loopback: sends are copies into the receiver's socket, which no
 /// queue in between can delay, so the pacer should never hold a packet back there.
-pub(crate) const LOOPBACK_MBPS: u32 = 1_000_000;
+const LOOPBACK_MBPS: u32 = 1_000_000;
 
 /// What the defaults are taken from: a network interface, as the kernel describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Interface {
     pub(crate) name: String,
-    pub(crate) loopback: bool,
     /// The device's MTU.
     pub(crate) mtu: Option<u32>,
-    /// The link speed in Mbit/s, where the driver reports one (virtio and bridges do not).
-    pub(crate) speed_mbps: Option<u32>,
+    /// The rate to pace for, in Mbit/s: the link speed the driver reports (virtio and
+    /// bridges report none), unpaced on loopback; none for an unspecified local address,
+    /// which may send over any interface.
+    pub(crate) link_mbps: Option<u32>,
 }
 
 /// The interface that packets from `local` leave by, if it can be told.
@@ -44,7 +45,12 @@ pub(crate) fn interface_for(local: IpAddr) -> Option<Interface> {
         return None;
     }
     let (mtu, speed_mbps) = device_mtu_and_speed(&name);
-    Some(Interface { name, loopback, mtu, speed_mbps })
+    let link_mbps = match () {
+        () if loopback => Some(LOOPBACK_MBPS),
+        () if local.is_unspecified() => None,
+        () => speed_mbps,
+    };
+    Some(Interface { name, mtu, link_mbps })
 }
 
 /// The MTU and link speed of device `name`, by ioctl rather than sysfs: sysfs shows the
@@ -211,7 +217,7 @@ mod tests {
     fn loopback_addresses_leave_by_the_loopback_device() {
         for ip in ["127.0.0.1", "127.0.0.2", "::1"] {
             let lo = interface_for(ip.parse().unwrap()).expect("this host has loopback");
-            assert!(lo.loopback, "{ip}: {lo:?}");
+            assert_eq!(lo.link_mbps, Some(LOOPBACK_MBPS), "{ip}: unpaced");
             assert_eq!(lo.mtu, Some(65_536), "{ip}: loopback's default MTU");
         }
     }
