@@ -242,22 +242,20 @@ fn one_rpc_on_the_wire(net: &Netns, kind: TransportKind, client_ip: &str, server
     echoer.join().unwrap();
 }
 
+/// A pair of namespaces for `test`, or `None` (the test says why it skips) when not root
+/// or they cannot be made.
+fn lab(test: &str, tag: char) -> Option<Netns> {
+    if !common::is_root() {
+        eprintln!("skipping {test}: not root (needs network namespaces and CAP_NET_RAW)");
+        return None;
+    }
+    Netns::create(tag).map_err(|e| eprintln!("skipping {test}: cannot create namespaces: {e}")).ok()
+}
+
 #[test]
 fn raw_ip_frames_are_protocol_146_with_their_priority() {
-    if !common::is_root() {
-        eprintln!(
-            "skipping raw_ip_frames_are_protocol_146_with_their_priority: not root (needs network namespaces and CAP_NET_RAW)"
-        );
+    let Some(net) = lab("raw_ip_frames_are_protocol_146_with_their_priority", 'p') else {
         return;
-    }
-    let net = match Netns::create('p') {
-        Ok(net) => net,
-        Err(e) => {
-            eprintln!(
-                "skipping raw_ip_frames_are_protocol_146_with_their_priority: cannot create namespaces: {e}"
-            );
-            return;
-        }
     };
     for kind in [TransportKind::Ip, TransportKind::UringIp] {
         one_rpc_on_the_wire(&net, kind, CLIENT_V4, SERVER_V4);
@@ -292,17 +290,8 @@ fn unreachable_peers(net: &Netns, kind: TransportKind) {
 /// the full-size packets, and the socket goes back to letting it fragment them.
 #[test]
 fn a_link_mtu_below_the_sockets_is_fragmented_into() {
-    const TEST: &str = "a_link_mtu_below_the_sockets_is_fragmented_into";
-    if !common::is_root() {
-        eprintln!("skipping {TEST}: not root (needs network namespaces)");
+    let Some(net) = lab("a_link_mtu_below_the_sockets_is_fragmented_into", 'm') else {
         return;
-    }
-    let net = match Netns::create('m') {
-        Ok(net) => net,
-        Err(e) => {
-            eprintln!("skipping {TEST}: cannot create namespaces: {e}");
-            return;
-        }
     };
     ip(&["-n", &net.a, "link", "set", &net.va, "mtu", "1400"]).unwrap();
     ip(&["-n", &net.b, "link", "set", &net.vb, "mtu", "1400"]).unwrap();
@@ -336,17 +325,8 @@ fn a_link_mtu_below_the_sockets_is_fragmented_into() {
 /// and the module's 25 Gbit/s; loopback's inside the namespace; given values win.
 #[test]
 fn sockets_take_mtu_and_link_rate_from_their_interface() {
-    const TEST: &str = "sockets_take_mtu_and_link_rate_from_their_interface";
-    if !common::is_root() {
-        eprintln!("skipping {TEST}: not root (needs network namespaces)");
+    let Some(net) = lab("sockets_take_mtu_and_link_rate_from_their_interface", 'd') else {
         return;
-    }
-    let net = match Netns::create('d') {
-        Ok(net) => net,
-        Err(e) => {
-            eprintln!("skipping {TEST}: cannot create namespaces: {e}");
-            return;
-        }
     };
     ip(&["-n", &net.a, "link", "set", &net.va, "mtu", "9000"]).unwrap();
     let opened = Netns::run_in(&net.a, || {
