@@ -30,9 +30,6 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-/// `Py_bf_getbuffer` for the stable ABI before 3.15 (Include/typeslots.h).
-const PY_BF_GETBUFFER: c_int = 1;
-
 /// An instance of `ReceivedBuffer`: the object header, then the message it owns.
 #[repr(C)]
 struct ReceivedBuffer {
@@ -60,7 +57,7 @@ pub(crate) fn message(py: Python<'_>, message: Vec<u8>) -> PyResult<Bound<'_, Py
 
 fn new_type(py: Python<'_>) -> PyResult<Py<PyType>> {
     let mut slots = [
-        ffi::PyType_Slot { slot: PY_BF_GETBUFFER, pfunc: get_buffer as *mut c_void },
+        ffi::PyType_Slot { slot: ffi::Py_bf_getbuffer, pfunc: get_buffer as *mut c_void },
         ffi::PyType_Slot { slot: ffi::Py_tp_dealloc, pfunc: dealloc as *mut c_void },
         // Only `message` makes them: one made from Python would own no message.
         ffi::PyType_Slot { slot: ffi::Py_tp_new, pfunc: refuse_new as *mut c_void },
