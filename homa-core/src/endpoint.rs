@@ -156,6 +156,9 @@ pub struct Endpoint {
     metrics: Metrics,
     rx_bytes: u64,
     tx_bytes: u64,
+    /// The RPC whose latest DATA packets still owe their bookkeeping (see `after_data`):
+    /// it waits while more DATA of the same message follows, and runs before anything else.
+    deferred: Option<RpcRef>,
 }
 
 /// A DATA packet's payload: its bytes, or how many of them `place` put in the message.
@@ -196,6 +199,7 @@ impl Endpoint {
             metrics: Metrics::default(),
             rx_bytes: 0,
             tx_bytes: 0,
+            deferred: None,
             config,
         })
     }
@@ -248,6 +252,7 @@ impl Endpoint {
     /// Releases a port. Its pending client RPCs fail with [`FailReason::PortClosed`] and its
     /// server RPCs are dropped.
     pub fn unbind(&mut self, port: u16) -> Result<(), ApiError> {
+        self.settle_data();
         if port == 0 || !self.port_taken(port) {
             return Err(ApiError::PortNotBound(port));
         }
@@ -278,6 +283,7 @@ impl Endpoint {
         cookie: u64,
     ) -> Result<u64, ApiError> {
         let now = now.as_nanos();
+        self.settle_data();
         self.advance(now);
         let payload = message.into();
         self.check_message(&payload)?;
@@ -324,6 +330,7 @@ impl Endpoint {
         message: impl Into<Payload>,
     ) -> Result<(), ApiError> {
         let now = now.as_nanos();
+        self.settle_data();
         self.advance(now);
         let payload = message.into();
         self.check_message(&payload)?;
@@ -362,6 +369,7 @@ impl Endpoint {
     /// Abandons a client RPC: it is forgotten without an event (the server is not told,
     /// as with the module's `HOMAIOCABORT`).
     pub fn abort(&mut self, id: u64) -> Result<(), ApiError> {
+        self.settle_data();
         if !wire::is_client_id(id) {
             return Err(ApiError::UnknownRpc(id));
         }
@@ -374,6 +382,7 @@ impl Endpoint {
     /// shedding, or one-way messages in a simulation). The client is not told: it times out
     /// unless it aborts.
     pub fn discard(&mut self, rpc: ServerRpc) -> Result<(), ApiError> {
+        self.settle_data();
         let r = self.rpcs.find_server(rpc.client, rpc.id).ok_or(ApiError::UnknownRpc(rpc.id))?;
         self.end_rpc(r);
         Ok(())
@@ -383,6 +392,7 @@ impl Endpoint {
     /// unreachable) cannot be reached: its client RPCs fail with
     /// [`FailReason::Unreachable`] and its server RPCs are dropped.
     pub fn handle_unreachable(&mut self, peer: SocketAddr, port: Option<u16>) {
+        self.settle_data();
         let doomed: Vec<RpcRef> = self
             .rpcs
             .refs()
@@ -415,6 +425,7 @@ impl Endpoint {
 
     /// `poll_timeout` in nanoseconds.
     fn deadline(&mut self) -> Option<Nanos> {
+        self.settle_data();
         if !self.tx.control.is_empty() || !self.tx.resends.is_empty() || !self.events.is_empty() {
             return Some(self.now);
         }
@@ -501,6 +512,7 @@ impl Endpoint {
         buf: &mut [u8],
         mut gather: Option<&mut Option<PayloadSlice>>,
     ) -> Option<Transmit> {
+        self.settle_data();
         self.advance(now);
         if let Some(c) = self.tx.control.pop_front() {
             return Some(self.emit_control(c, buf));
@@ -825,6 +837,9 @@ impl Endpoint {
         bytes: &[u8],
         placed_len: Option<u32>,
     ) -> Result<(), wire::Error> {
+        if now > self.now {
+            self.settle_data(); // at the time of the packets that owe it
+        }
         self.advance(now);
         self.metrics.packets_in += 1;
         let repr = match wire::Repr::parse_up_to(bytes, self.config.max_message_length) {
@@ -862,7 +877,15 @@ impl Endpoint {
             self.metrics.drops.no_port += 1;
             return false;
         }
-        let rpc = self.find_rpc(from, h);
+        let data = matches!(p.body, Body::Data { .. });
+        // A run of DATA for one message (a GRO batch) looks its RPC up once.
+        let same = |x: &Rpc| (x.id, x.addr, x.local_port) == (id, from, h.dport);
+        let rpc = (self.deferred)
+            .filter(|&r| data && self.rpcs.get(r).is_some_and(same))
+            .or_else(|| self.find_rpc(from, h));
+        if self.deferred.is_some() && (rpc != self.deferred || !data) {
+            self.settle_deferred();
+        }
         match p.body {
             Body::Data { repr, payload } => {
                 let offset = data::effective_offset(repr.seg_offset, h.sequence);
@@ -1012,8 +1035,25 @@ impl Endpoint {
             Arrived::Bytes(bytes) => m.add(offset, bytes, max_gaps),
             Arrived::Placed(len) => m.add_placed(offset, len, max_gaps),
         };
-        let complete = m.is_complete();
-        let grantable = m.grantable;
+        let (complete, grantable) = (m.is_complete(), m.grantable);
+        self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
+        match added {
+            // The rest waits while DATA of this message keeps coming (a GRO batch, a run in
+            // the receive queue): it reads the message's state, which the run's last packet
+            // settles. (The module too checks grants once per RPC per batch of packets.)
+            Ok(()) if !complete => {
+                // (`dispatch` settled any other RPC's.)
+                self.deferred = Some(r);
+                return true;
+            }
+            Ok(()) => {}
+            Err(Rejected::Duplicate) => self.metrics.drops.duplicate += 1,
+            Err(Rejected::PastEnd) => self.metrics.drops.inconsistent += 1,
+            Err(Rejected::TooManyGaps) => self.metrics.drops.gap_limit += 1,
+        }
+        if self.deferred == Some(r) {
+            self.deferred = None; // done below
+        }
         // Data that cannot belong to the message (past its end, or of another length above)
         // is no sign of progress: a sender that disagrees about the message must not keep it
         // alive. (Fuzz finding: a request whose length was damaged in flight drew RESENDs
@@ -1021,14 +1061,6 @@ impl Endpoint {
         // resetting its silence, forever.)
         if added != Err(Rejected::PastEnd) {
             self.reset_silence(r);
-        }
-        self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
-        if let Err(why) = added {
-            match why {
-                Rejected::Duplicate => self.metrics.drops.duplicate += 1,
-                Rejected::PastEnd => self.metrics.drops.inconsistent += 1,
-                Rejected::TooManyGaps => self.metrics.drops.gap_limit += 1,
-            }
         }
         // Also for a dropped packet: it may have created the message (an empty or
         // out-of-reach first packet), which must then be granted to and watched by the
@@ -1040,12 +1072,34 @@ impl Endpoint {
             self.refresh_worry(r);
             return false;
         }
-        if complete {
-            self.deliver(r);
-        } else {
-            self.refresh_worry(r);
-        }
+        self.deliver(r);
         true
+    }
+
+    /// The bookkeeping after DATA that extends a message: its silence count restarts, the
+    /// grant scheduler places it again and sends what is due, its loss timer follows.
+    fn after_data(&mut self, r: RpcRef) {
+        self.reset_silence(r);
+        if self.rpcs.get(r).and_then(|x| x.msgin.as_ref()).is_some_and(|m| m.grantable) {
+            self.grant_cx(|g, cx| g.check_rpc(cx, r));
+        }
+        self.refresh_worry(r);
+    }
+
+    /// Runs the bookkeeping that DATA packets deferred, if any (see `after_data`). Before
+    /// anything that reads or changes RPCs, and before time moves.
+    #[inline]
+    fn settle_data(&mut self) {
+        if self.deferred.is_some() {
+            self.settle_deferred();
+        }
+    }
+
+    #[inline(never)]
+    fn settle_deferred(&mut self) {
+        if let Some(r) = self.deferred.take() {
+            self.after_data(r);
+        }
     }
 
     /// Creates a server RPC for the first DATA of a request, within the limits.
@@ -1327,6 +1381,7 @@ impl Endpoint {
     /// due changes nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = now.as_nanos();
+        self.settle_data();
         self.advance(now);
         let tick = self.tick();
         loop {

@@ -24,9 +24,11 @@
 //! 2. then read `poll_timeout` and sleep until that time or until a packet arrives;
 //! 3. when the deadline passes, call `handle_timeout(now)` and go to 1.
 //!
-//! A batch answers its packets together (a GRANT merges into its message's queued one at
-//! the same level); control packets wait in a queue of `Config::max_pending_control`, which
-//! must hold what one batch can cause.
+//! A batch answers its packets together: a run of DATA packets of one message (a GRO
+//! batch) is looked up once and its bookkeeping (the grant decision, the loss timer) done
+//! once, at the next input or output that is not more of that run. [`Endpoint::metrics`]
+//! counts that run's GRANT only then. Control packets wait in a queue of
+//! `Config::max_pending_control`, which must hold what one batch can cause.
 //!
 //! `poll_timeout` returns a time at or before now whenever output is ready (including the
 //! pacer's next slot), so a loop that follows the rule never stalls; calling
