@@ -53,20 +53,18 @@ impl Entry {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Active {
-    entry: Entry,
-    /// Could not get its full window because of `max_incoming`.
-    needy: bool,
-}
-
 #[derive(Debug)]
 pub(crate) struct Grants {
     /// `max_overcommit` slots.
-    active: [Option<Active>; MAX_OVERCOMMIT as usize],
+    active: [Option<Entry>; MAX_OVERCOMMIT as usize],
     slots: usize,
     /// Occupied slots.
     num_active: usize,
+    /// A bit for each slot whose message could not get its full window because of
+    /// `max_incoming` (tested on every grant; the slots are scanned only when one is set).
+    needy: u8,
+    /// `Config::incoming_cap`, computed once.
+    cap: u64,
     /// The window for each number of active messages (`Config::grant_window`, computed once
     /// like the module's `windows[]`).
     windows: [u32; MAX_OVERCOMMIT as usize + 1],
@@ -90,6 +88,8 @@ impl Grants {
             active: [None; MAX_OVERCOMMIT as usize],
             slots: usize::from(config.max_overcommit),
             num_active: 0,
+            needy: 0,
+            cap: u64::from(config.incoming_cap()),
             windows: core::array::from_fn(|n| config.grant_window(n)),
             max_sched_prio: config.max_sched_prio(),
             waiting: Vec::new(),
@@ -118,7 +118,7 @@ impl Grants {
     }
 
     fn slot_of(&self, rpc: RpcRef) -> Option<usize> {
-        self.active[..self.slots].iter().position(|a| a.is_some_and(|a| a.entry.rpc == rpc))
+        self.active[..self.slots].iter().position(|a| a.is_some_and(|a| a.rpc == rpc))
     }
 
     fn entry(cx: &GrantCx<'_>, rpc: RpcRef) -> Option<Entry> {
@@ -141,7 +141,7 @@ impl Grants {
             self.update_incoming(cx, rpc);
             if let Some(slot) = self.slot_of(rpc) {
                 if let (Some(a), Some(e)) = (self.active[slot].as_mut(), Self::entry(cx, rpc)) {
-                    a.entry.remaining = e.remaining;
+                    a.remaining = e.remaining;
                 }
                 self.try_send(cx, slot, true);
             }
@@ -181,7 +181,7 @@ impl Grants {
             Some(slot) => {
                 if let Some(bumped) = self.active[slot] {
                     self.remove_active(cx, slot);
-                    self.insert_waiting(bumped.entry);
+                    self.insert_waiting(bumped);
                 }
                 self.add_active(cx, slot, entry);
             }
@@ -195,13 +195,15 @@ impl Grants {
     fn add_active(&mut self, cx: &mut GrantCx<'_>, slot: usize, entry: Entry) {
         debug_assert!(self.active[slot].is_none(), "slot {slot} is taken");
         cx.peers.get_mut(entry.peer).active_grants += 1;
-        self.active[slot] = Some(Active { entry, needy: false });
+        self.active[slot] = Some(entry);
+        self.needy &= !(1 << slot);
         self.num_active += 1;
     }
 
     fn remove_active(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
         if let Some(a) = self.active[slot].take() {
-            cx.peers.get_mut(a.entry.peer).active_grants -= 1;
+            cx.peers.get_mut(a.peer).active_grants -= 1;
+            self.needy &= !(1 << slot);
             self.num_active -= 1;
         }
     }
@@ -219,15 +221,15 @@ impl Grants {
         for slot in 0..self.slots {
             let Some(a) = self.active[slot] else { return Some(slot) };
             // Count `cand` as active too when it shares the peer: the state after a swap.
-            let peer_active = active_of(a.entry.peer) + usize::from(a.entry.peer == cand.peer);
+            let peer_active = active_of(a.peer) + usize::from(a.peer == cand.peer);
             let replace = match lp {
                 None => true,
                 Some((_, lp_active, _)) if peer_active != lp_active => peer_active > lp_active,
                 // Same peer pressure: the lower SRPT priority (more left; then younger).
-                Some((_, _, lp_entry)) => !outranks(a.entry.rank(), lp_entry.rank()),
+                Some((_, _, lp_entry)) => !outranks(a.rank(), lp_entry.rank()),
             };
             if replace {
-                lp = Some((slot, peer_active, a.entry));
+                lp = Some((slot, peer_active, a));
             }
         }
         let (slot, lp_active, lp_entry) = lp?;
@@ -254,9 +256,7 @@ impl Grants {
         let Some((i, _)) = best else { return };
         let entry = self.waiting.remove(i);
         self.add_active(cx, slot, entry);
-        if let Some(a) = self.active[slot].as_mut() {
-            a.needy = true;
-        }
+        self.set_needy(slot);
     }
 
     /// A waiting message got closer to completion: move it up, and into the active set if it
@@ -273,7 +273,7 @@ impl Grants {
         if let Some(slot) = self.find_victim(cx, &entry) {
             if let Some(victim) = self.active[slot] {
                 self.remove_active(cx, slot);
-                self.insert_waiting(victim.entry);
+                self.insert_waiting(victim);
             }
             if let Some(j) = self.waiting.iter().position(|e| e.rpc == rpc) {
                 self.waiting.remove(j);
@@ -321,7 +321,7 @@ impl Grants {
     fn try_send(&mut self, cx: &mut GrantCx<'_>, slot: usize, check_needy: bool) {
         let Some(a) = self.active[slot] else { return };
         let window = self.windows[self.num_active];
-        let Some(m) = cx.rpcs.get(a.entry.rpc).and_then(|r| r.msgin.as_ref()) else { return };
+        let Some(m) = cx.rpcs.get(a.rpc).and_then(|r| r.msgin.as_ref()) else { return };
         if !m.grantable {
             return;
         }
@@ -331,9 +331,8 @@ impl Grants {
         if target <= m.granted {
             return;
         }
-        let headroom = i64::from(cx.config.incoming_cap()) - self.total_incoming as i64;
-        let any_needy = self.active.iter().flatten().any(|a| a.needy);
-        if headroom <= 0 || (check_needy && any_needy) {
+        let headroom = self.cap as i64 - self.total_incoming as i64;
+        if headroom <= 0 || (check_needy && self.needy != 0) {
             self.set_needy(slot);
             return;
         }
@@ -348,10 +347,10 @@ impl Grants {
             .active
             .iter()
             .flatten()
-            .filter(|o| o.entry.rpc != a.entry.rpc && outranks(o.entry.rank(), a.entry.rank()))
+            .filter(|o| o.rpc != a.rpc && outranks(o.rank(), a.rank()))
             .count();
         let priority = self.grant_priority(rank);
-        let Some(r) = cx.rpcs.get_mut(a.entry.rpc) else { return };
+        let Some(r) = cx.rpcs.get_mut(a.rpc) else { return };
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
         m.sched_priority = priority;
@@ -360,7 +359,7 @@ impl Grants {
         let control = r.control(ControlBody::Grant { offset, priority });
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
-        self.granted.push(a.entry.rpc);
+        self.granted.push(a.rpc);
         self.check_fifo(cx);
         if !fully {
             self.set_needy(slot);
@@ -368,30 +367,25 @@ impl Grants {
     }
 
     fn set_needy(&mut self, slot: usize) {
-        if let Some(a) = self.active[slot].as_mut() {
-            a.needy = true;
+        if self.active[slot].is_some() {
+            self.needy |= 1 << slot;
         }
     }
 
     /// Spends free `max_incoming` headroom on needy messages, best first
     /// (`homa_grant_check_needy`).
     fn check_needy(&mut self, cx: &mut GrantCx<'_>) {
-        while self.total_incoming < u64::from(cx.config.incoming_cap()) {
-            let best = (0..self.slots)
-                .filter_map(|s| self.active[s].filter(|a| a.needy).map(|a| (s, a.entry.rank())))
-                .min_by(|x, y| {
-                    if outranks(x.1, y.1) {
-                        core::cmp::Ordering::Less
-                    } else if outranks(y.1, x.1) {
-                        core::cmp::Ordering::Greater
-                    } else {
-                        x.0.cmp(&y.0)
-                    }
-                });
-            let Some((slot, _)) = best else { return };
-            if let Some(a) = self.active[slot].as_mut() {
-                a.needy = false;
+        while self.needy != 0 && self.total_incoming < self.cap {
+            // The best needy message; of equal ranks, the lowest slot.
+            let mut best: Option<(usize, (u32, u64))> = None;
+            for slot in (0..self.slots).filter(|s| self.needy & (1 << s) != 0) {
+                let Some(a) = self.active[slot] else { continue };
+                if best.is_none_or(|(_, rank)| outranks(a.rank(), rank)) {
+                    best = Some((slot, a.rank()));
+                }
             }
+            let Some((slot, _)) = best else { return };
+            self.needy &= !(1 << slot);
             self.try_send(cx, slot, false);
         }
     }
@@ -420,7 +414,7 @@ impl Grants {
             self.oldest = self
                 .waiting
                 .iter()
-                .chain(self.active.iter().flatten().map(|a| &a.entry))
+                .chain(self.active.iter().flatten())
                 .filter(|e| wants_fifo(cx, e.rpc))
                 .min_by_key(|e| e.birth)
                 .map(|e| e.rpc);
