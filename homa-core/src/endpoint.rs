@@ -1037,22 +1037,19 @@ impl Endpoint {
         };
         let (complete, grantable) = (m.is_complete(), m.grantable);
         self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
+        // The rest waits while DATA of this message keeps coming (a GRO batch, a run in the
+        // receive queue): it reads the message's state, which the run's last packet settles.
+        // (The module too checks grants once per RPC per batch of packets.)
+        if added.is_ok() && !complete {
+            self.deferred = Some(r); // (`dispatch` settled any other RPC's)
+            return true;
+        }
+        self.settle_data(); // the run's earlier packets, before this one ends it
         match added {
-            // The rest waits while DATA of this message keeps coming (a GRO batch, a run in
-            // the receive queue): it reads the message's state, which the run's last packet
-            // settles. (The module too checks grants once per RPC per batch of packets.)
-            Ok(()) if !complete => {
-                // (`dispatch` settled any other RPC's.)
-                self.deferred = Some(r);
-                return true;
-            }
             Ok(()) => {}
             Err(Rejected::Duplicate) => self.metrics.drops.duplicate += 1,
             Err(Rejected::PastEnd) => self.metrics.drops.inconsistent += 1,
             Err(Rejected::TooManyGaps) => self.metrics.drops.gap_limit += 1,
-        }
-        if self.deferred == Some(r) {
-            self.deferred = None; // done below
         }
         // Data that cannot belong to the message (past its end, or of another length above)
         // is no sign of progress: a sender that disagrees about the message must not keep it
