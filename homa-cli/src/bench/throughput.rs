@@ -33,7 +33,8 @@ Homa's pacer is set to 1 Tbit/s; --mtu sets the largest IP packet Homa sends: 15
 default, the MTU of real networks, where UDP GSO/GRO batch packets in the kernel; the \
 loopback device takes up to 65,535, which Homa sockets use there when given no MTU; \
 --max-incoming caps the bytes a receiver has granted and not yet received (a higher cap \
-means fewer GRANT round trips, each of which wakes a thread at both ends). CPU is this \
+means fewer GRANT round trips, each of which wakes a thread at both ends); by default it is \
+what a socket given none takes: 128 us of its link, at most its receive buffer. CPU is this \
 process's user + system time (both ends), per GB moved and as cores busy.")]
 pub(crate) struct Args {
     /// Request size in bytes (Homa's largest message is 1,000,000).
@@ -45,8 +46,9 @@ pub(crate) struct Args {
     /// Homa MTUs to run (comma-separated; each is a contender).
     #[arg(long, value_delimiter = ',', default_values_t = [1500])]
     mtu: Vec<u32>,
-    /// Homa's cap on granted-but-unreceived bytes per receiver (the module's default).
-    #[arg(long, default_value_t = Config::default().incoming_cap())]
+    /// Homa's cap on granted-but-unreceived bytes per receiver; 0: the socket's default
+    /// (128 us of its link, at most its receive buffer).
+    #[arg(long, default_value_t = 0)]
     max_incoming: u32,
     /// Homa transports to run (comma-separated: udp, ip, uring, uring-ip).
     #[arg(long, value_delimiter = ',', default_values_t = [TransportKind::Udp])]
@@ -423,7 +425,10 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
         s,
         "homa bench throughput: {} B requests, {response}, loopback, Homa max_incoming {}; {} turns of {} s per contender and level, interleaved ({:.1} s)",
         args.size,
-        args.max_incoming,
+        match args.max_incoming {
+            0 => "auto".to_string(),
+            n => n.to_string(),
+        },
         args.rounds,
         args.seconds,
         wall.as_secs_f64()
