@@ -78,6 +78,14 @@ enum Cpus {
     Split,
 }
 
+impl Cpus {
+    /// As `--cpus` spells it.
+    fn name(self) -> String {
+        use clap::ValueEnum as _;
+        self.to_possible_value().expect("no variant is skipped").get_name().to_string()
+    }
+}
+
 /// The CPUs this process may run on.
 fn allowed_cpus() -> Result<Vec<usize>, Error> {
     // SAFETY: cpu_set_t is plain data; the call fills it, CPU_ISSET reads it below
@@ -488,7 +496,7 @@ fn to_json(
         "count": args.count,
         "round": args.round,
         "busy_poll_us": args.busy_poll_us,
-        "cpus": format!("{:?}", args.cpus).to_lowercase(),
+        "cpus": args.cpus.name(),
         "link_mbps": LOOPBACK_MBPS,
         "wall_s": wall.as_secs_f64(),
         "cpu_s": { "user": after.0 - before.0, "system": after.1 - before.1 },
@@ -511,10 +519,10 @@ fn table(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "homa bench rtt: {} B request and response over loopback, {} round trips each in {rounds} interleaved rounds, CPUs {:?} ({:.1} s)",
+        "homa bench rtt: {} B request and response over loopback, {} round trips each in {rounds} interleaved rounds, --cpus {} ({:.1} s)",
         args.size,
         args.count,
-        args.cpus,
+        args.cpus.name(),
         wall.as_secs_f64()
     );
     let _ = writeln!(
