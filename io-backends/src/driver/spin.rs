@@ -72,16 +72,26 @@ impl Spin {
             return Spun::Ready; // it did not have to spin: nothing learnt
         }
         let start = Instant::now();
+        let cpu_start = thread_cpu_time();
         let outcome = loop {
             let before = Instant::now();
             // SAFETY: no arguments; gives the CPU to a thread waiting for it, if any.
             unsafe { libc::sched_yield() };
             let after = Instant::now();
-            if after - before >= YIELD_RAN_ANOTHER || after - start >= self.window {
-                break Spun::Sleep;
+            // A long yield ran another thread, or this one ran work the kernel had queued
+            // for it on its way back (io_uring completes a receive so): only the first
+            // means the CPU is wanted elsewhere.
+            if after - before >= YIELD_RAN_ANOTHER {
+                let off_cpu = (after - start).saturating_sub(thread_cpu_time() - cpu_start);
+                if off_cpu >= YIELD_RAN_ANOTHER {
+                    break Spun::Sleep;
+                }
             }
             if ready() {
                 break Spun::Ready;
+            }
+            if after - start >= self.window {
+                break Spun::Sleep;
             }
         };
         self.spins.fetch_add(1, Ordering::Relaxed);
@@ -102,6 +112,15 @@ impl Spin {
             }
         }
     }
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    // SAFETY: all-zero bytes are a valid timespec.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `t` is a live timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 #[cfg(test)]
