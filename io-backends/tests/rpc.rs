@@ -252,3 +252,69 @@ fn many_threads_call_and_serve(kind: TransportKind) {
         e.join().unwrap();
     }
 }
+
+/// io_uring completes a receive on the thread that posted it, and only at that thread's
+/// next entry into the kernel: a thread that received and went back to work in user space
+/// must not hold up what arrives for others, neither a thread that leads nor the driver
+/// thread (which serves futures). (Where the kernel ticks on a busy CPU, its next timer
+/// interrupt would let the datagram through anyway, late.)
+#[test]
+fn a_thread_busy_in_user_space_holds_up_no_one() {
+    for kind in transports().into_iter().filter(|k| *k != k.plain()) {
+        let builder = Socket::builder().transport(kind).config(patient());
+        let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+        let echoer = echo(&server);
+        let client = Arc::new(builder.client(loopback_v4()).unwrap());
+        let to = server.local_addr();
+
+        let busy = busy_after_a_call(&client, to);
+        assert_eq!(client.call(to, b"led".to_vec(), None).unwrap(), b"led", "{kind}");
+        assert!(busy.finish(), "{kind}: a blocking call waited for the busy thread");
+
+        let busy = busy_after_a_call(&client, to);
+        let call = client.call_async(to, b"driven".to_vec(), None).unwrap();
+        assert_eq!(pollster::block_on(call).unwrap(), b"driven", "{kind}");
+        assert!(busy.finish(), "{kind}: a future waited for the busy thread");
+
+        server.shutdown();
+        echoer.join().unwrap();
+    }
+}
+
+/// A thread that made a blocking call (and so posted the receive), then computes without
+/// system calls until told to stop.
+struct Busy {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Busy {
+    /// Stops it; whether it was still busy (not given up after 20 s).
+    fn finish(self) -> bool {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.join().unwrap()
+    }
+}
+
+fn busy_after_a_call(client: &Arc<Socket>, to: std::net::SocketAddr) -> Busy {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started, busy) = std::sync::mpsc::channel();
+    let thread = {
+        let (client, stop) = (Arc::clone(client), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            assert_eq!(client.call(to, b"first".to_vec(), None).unwrap(), b"first");
+            started.send(()).unwrap();
+            // `Instant::now` reads the clock in user space (vDSO).
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                if std::time::Instant::now() > end {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
+            true
+        })
+    };
+    busy.recv().unwrap();
+    Busy { stop, thread }
+}

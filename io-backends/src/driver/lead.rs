@@ -33,6 +33,7 @@ impl Shared {
     pub(super) fn start_leading(&self, inner: &mut Inner) {
         let watch = inner.receiver.start_leading();
         self.apply(inner, watch);
+        inner.receive_here(); // before it sends what it will wait for
     }
 
     /// The claimer will wait later (see [`Receiver::watch_for_claimer`]).
@@ -121,31 +122,59 @@ impl Shared {
                 self.release(inner);
                 return r;
             }
+            inner.receive_here();
             // Sleep in the transport's own receive call when there is one, unless this wait
-            // spins first (which needs `poll`). Bulk data is received in place, one
-            // datagram at a time: not by the waiter. The receive call has no timeout: a
-            // deadline is the driver thread's to enforce (it wakes the leader).
+            // spins first (which needs `poll`, but for io_uring's leader). Bulk data is
+            // received in place, one datagram at a time: not by the waiter. The receive
+            // call has no timeout: a deadline is the driver thread's to enforce (it wakes
+            // the leader).
             let spin = self.spin.wanted();
-            if self.has_waiter && !spin && !inner.intake.placing {
-                inner = self.wait_in_waiter(inner, until);
-                continue;
+            let in_ring =
+                spin && self.receives_on_poster && !matches!(inner.receiver, Receiver::Loop { .. });
+            if self.has_waiter && (!spin || in_ring) && !inner.intake.placing {
+                let found;
+                (inner, found) =
+                    if in_ring { self.spin_in_ring(inner, &done) } else { (inner, false) };
+                if !found {
+                    inner = self.wait_in_waiter(inner, until);
+                    continue;
+                }
+            } else {
+                inner.waiter_in_use(false); // this thread watches the readiness fd now
+                self.release(inner);
+                let (kicked, errored) = self.await_input(until, spin);
+                inner = self.lock();
+                if kicked {
+                    clear(self.kick.as_raw_fd());
+                }
+                if errored {
+                    inner.read_errors();
+                }
             }
-            inner.waiter_in_use(false); // this thread watches the readiness fd now
-            self.release(inner);
-            let (kicked, errored) = self.await_input(until, spin);
-            inner = self.lock();
             self.turn(&mut inner, true);
-            if kicked {
-                clear(self.kick.as_raw_fd());
-            }
-            if errored {
-                inner.read_errors();
-            }
             let now = inner.clock(self.now());
             inner.receive(now);
             inner.settle(true); // timers too, as after the waiter's receive
             self.turn(&mut inner, false);
         }
+    }
+
+    /// Spins ([`Spin`](super::spin::Spin)) with the lock released until datagrams wait
+    /// or the leader's wait is over, looking at the transport itself: for io_uring its
+    /// completion queue, with the eventfd off so that no completion signals it (each
+    /// signal would cost a `read` to clear). Returns the lock and whether it found them.
+    fn spin_in_ring<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        done: &impl Fn(&Inner) -> bool,
+    ) -> (MutexGuard<'a, Inner>, bool) {
+        inner.waiter_in_use(true);
+        self.release(inner);
+        let spun = self.spin.spin(|| {
+            let mut inner = self.lock();
+            inner.is_closed() || done(&inner) || inner.input_waiting()
+        });
+        (self.lock(), spun == Spun::Ready)
     }
 
     /// Marks the leader's turn (it holds the lock, between waits).

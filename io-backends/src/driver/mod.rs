@@ -134,6 +134,10 @@ pub(crate) struct Shared {
     waiter: Mutex<Option<(Box<dyn Waiter>, Batch)>>,
     /// Whether the transport has a waiter at all.
     has_waiter: bool,
+    /// Whether receives complete on the thread that posted them
+    /// ([`Transport::receives_on_poster`]): the driver thread is woken to repost when it
+    /// takes over receiving.
+    pub(super) receives_on_poster: bool,
     /// Wakes a leader blocked in the waiter; `None` once closed.
     wake_waiter: Mutex<Option<WakeWaiter>>,
     /// `Inner::warnings` is not empty: lets `take_warnings` skip the lock when it is.
@@ -228,6 +232,7 @@ impl Shared {
             None => (None, None),
         };
         let has_waiter = waiter.is_some();
+        let receives_on_poster = transport.receives_on_poster();
         let origin = monotonic_ns();
         let slot_len = endpoint.config().max_packet_len();
         let tick_ns = u64::from(endpoint.config().tick_usecs).max(1) * 1000;
@@ -264,6 +269,7 @@ impl Shared {
             spin: Spin::new(busy_poll),
             waiter: Mutex::new(waiter),
             has_waiter,
+            receives_on_poster,
             wake_waiter: Mutex::new(wake_waiter),
             warnings_pending: AtomicBool::new(false),
         });
@@ -350,6 +356,9 @@ impl Shared {
         }
         if on {
             inner.waiter_in_use(false);
+            if self.receives_on_poster {
+                signal(self.wake.as_raw_fd()); // to post its own receive
+            }
         }
         // Removed from the epoll set, not just muted: a muted entry still sits on the
         // socket's wait queue and costs every arriving packet a callback.
@@ -374,6 +383,7 @@ impl Shared {
                 Some(watch) => {
                     self.apply(&mut inner, watch);
                     inner.waiter_in_use(false); // the loop watches the readiness fd
+                    inner.receive_here();
                     Ok(self.readiness)
                 }
             }
@@ -400,6 +410,7 @@ impl Shared {
     pub(crate) fn drive(&self) -> usize {
         let mut inner = self.lock();
         inner.receiver.loop_turn(this_thread());
+        inner.receive_here();
         let now = inner.clock(self.now());
         // A leader blocked in the waiter's receive owns the socket until it returns.
         let got = if inner.receiver.leader_blocking() {
@@ -561,6 +572,11 @@ impl Shared {
     /// The driver thread: wait for packets, deadlines or shutdown; handle them; repeat.
     fn run(self: Arc<Shared>) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        let mut inner = self.lock();
+        if inner.receiver.driver_watches() {
+            inner.receive_here(); // the receive was posted by the thread that opened it
+        }
+        self.release(inner);
         loop {
             // SAFETY: events is a live array of the length given.
             let n = unsafe {
@@ -623,6 +639,9 @@ impl Shared {
                 continue;
             }
             inner.settle(true);
+            if inner.receiver.driver_watches() {
+                inner.receive_here(); // before it waits again
+            }
             self.release(inner);
         }
     }

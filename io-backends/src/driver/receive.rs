@@ -223,6 +223,13 @@ impl Inner {
         self.transport.as_mut().is_some_and(|t| t.input_waiting())
     }
 
+    /// The calling thread is about to wait for datagrams (`Transport::receive_here`).
+    pub(super) fn receive_here(&mut self) {
+        if let Some(t) = self.transport.as_mut() {
+            t.receive_here();
+        }
+    }
+
     /// Tells the transport whether its waiter is in use (`Transport::waiter_in_use`).
     pub(super) fn waiter_in_use(&mut self, in_use: bool) {
         if let Some(t) = self.transport.as_mut() {

@@ -408,6 +408,18 @@ pub trait Transport: Send + fmt::Debug {
     /// and receive.
     fn waiter_in_use(&mut self, _in_use: bool) {}
 
+    /// Whether a receive completes on the thread that asked for it (io_uring: on the
+    /// thread that posted it, at its next system call). Then each thread about to wait for
+    /// datagrams calls [`receive_here`](Transport::receive_here) first.
+    fn receives_on_poster(&self) -> bool {
+        false
+    }
+
+    /// The calling thread is about to wait for datagrams: receives are to complete on it
+    /// from now on (see [`receives_on_poster`](Transport::receives_on_poster)); cheap when
+    /// they already do. By default nothing.
+    fn receive_here(&mut self) {}
+
     /// Whether this transport receives in place ([`peek`](Transport::peek),
     /// [`recv_split`](Transport::recv_split)); by default not.
     fn receives_in_place(&self) -> bool {

@@ -112,6 +112,37 @@ impl Transport for UringTransport {
         self.socket.poll_unreachable()
     }
 
+    fn receives_on_poster(&self) -> bool {
+        true
+    }
+
+    /// Posts a receive from this thread in a free slot and cancels the one another
+    /// thread posted. (With every slot still held by the kernel, it stays as it is.)
+    fn receive_here(&mut self) {
+        let me = std::thread::current().id();
+        if self.ring.poster == Some(me) || self.ring.quiesced {
+            return;
+        }
+        let Some(i) = self.ring.free_recv() else { return };
+        let old = self.ring.current;
+        if self.ring.recv[old].posted
+            && let Err(e) = self.ring.cancel_recv(old)
+        {
+            tracing::error!("cannot move the io_uring receive to this thread: {e}");
+            return;
+        }
+        if let Err(e) = self.ring.post_recv(self.socket.fd(), i) {
+            // Posted by the next receive call, which the readiness fd asks for.
+            tracing::error!("cannot post an io_uring receive: {e}");
+            self.ring.recv[i].done = Some(-libc::EAGAIN);
+            self.ring.ready.push_front(i);
+        }
+        if let Err(e) = self.ring.ring.submit() {
+            tracing::error!("io_uring submission failed: {e}");
+        }
+        self.hand_over(false);
+    }
+
     fn stats(&self) -> TransportStats {
         Transport::stats(&self.socket)
     }
@@ -294,11 +325,16 @@ impl UringTransport {
                     // A pending ICMP error is read from the error queue (`may_be_pending`).
                     let pending = sys::may_be_pending(-res)
                         && sys::drain_errors(fd, &mut self.socket.reports());
-                    if !pending && res != -libc::EAGAIN {
+                    if !pending && res != -libc::EAGAIN && res != -libc::ECANCELED {
                         tracing::debug!("recvmsg failed: {}", io::Error::from_raw_os_error(-res));
                     }
                 } else {
                     self.deliver(i, res as usize, strip, raw, batch);
+                }
+                if i != self.ring.current {
+                    // Replaced by another thread's receive (`receive_here`): free now.
+                    self.ring.recv[i].done = None;
+                    continue;
                 }
                 if let Err(e) = self.ring.post_recv(fd, i) {
                     // Back in line, to be posted next time: the socket's only receive.

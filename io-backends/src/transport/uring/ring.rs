@@ -7,6 +7,7 @@ use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
+use std::thread::ThreadId;
 
 use homa_core::PayloadSlice;
 use io_uring::{IoUring, Probe, opcode, squeue, types};
@@ -20,10 +21,12 @@ use crate::transport::sys::CmsgBuf;
 const RING_ENTRIES: u32 = 256;
 /// Sends in flight at once.
 const SEND_SLOTS: usize = 64;
-/// Receives posted at once. One: each posted receive arms a poll of its own on the socket,
-/// and a datagram wakes them all (each retries, all but one find nothing and arm again), so
-/// with 32 posted a 100-byte round trip took over three times as long as with one.
-const RECV_SLOTS: usize = 1;
+/// Receive slots. One is posted at a time: each posted receive arms a poll of its own on
+/// the socket, and a datagram wakes them all (each retries, all but one find nothing and
+/// arm again), so with 32 posted a 100-byte round trip took over three times as long as
+/// with one. The others hold receives being cancelled when another thread takes over
+/// receiving (`UringTransport::receive_here`), until the kernel returns them.
+const RECV_SLOTS: usize = 4;
 /// `user_data` tags: receive slots are `0..RECV_SLOTS`, send slots `SEND | i`.
 pub(super) const SEND: u64 = 1 << 32;
 const CANCEL: u64 = 1 << 33;
@@ -34,7 +37,7 @@ pub(super) const WAKE: u64 = 1 << 34;
 
 /// One posted `recvmsg`: its buffer, source address, and the headers pointing at them.
 pub(super) struct RecvSlot {
-    /// `RECV_SLOT_LEN` bytes from `off`, 64-byte aligned (see [`Batch`]).
+    /// `RECV_SLOT_LEN` bytes from `off`, 64-byte aligned (see [`Batch`]); empty until used.
     ///
     /// [`Batch`]: crate::transport::Batch
     pub(super) buf: Box<[u8]>,
@@ -44,6 +47,8 @@ pub(super) struct RecvSlot {
     msg: libc::msghdr,
     /// Completed with this result, not yet handed out.
     pub(super) done: Option<i32>,
+    /// The kernel holds it: posted, not yet completed.
+    pub(super) posted: bool,
 }
 
 /// One `sendmsg` in flight (or free): a copy of the datagram's slot, its tail (kept alive
@@ -67,10 +72,14 @@ pub(super) struct Ring {
     pub(super) free_send: Vec<usize>,
     /// Receive slots completed, in completion order.
     pub(super) ready: std::collections::VecDeque<usize>,
+    /// The receive slot reposted after each datagram; the others only finish.
+    pub(super) current: usize,
+    /// The thread that posted it: the one its completion runs on.
+    pub(super) poster: Option<ThreadId>,
     /// Operations the kernel still owns.
     pub(super) in_flight: usize,
     /// `quiesce` ran: nothing is posted, and nothing more is reaped (a last kick stays).
-    quiesced: bool,
+    pub(super) quiesced: bool,
 }
 
 // SAFETY: the raw pointers in the slots point into the slots' own heap allocations, which
@@ -83,7 +92,13 @@ impl UringTransport {
     /// caller can fall back to it.
     pub fn new(socket: SocketTransport) -> Result<UringTransport, Box<Unavailable>> {
         let fail = |socket, reason| Box::new(Unavailable { socket, reason });
-        let ring = match IoUring::new(RING_ENTRIES) {
+        // A completion that arrives while the thread it runs on is in user space waits for
+        // that thread's next system call (COOP_TASKRUN) instead of interrupting it from
+        // another CPU (an interrupt costs a VM microseconds); a polling thread makes one at
+        // once. Whoever waits reposts the receive first (`receive_here`), so no thread gone
+        // back to other work holds a datagram up.
+        let ring = IoUring::builder().setup_coop_taskrun().build(RING_ENTRIES);
+        let ring = match ring.or_else(|_| IoUring::new(RING_ENTRIES)) {
             Ok(ring) => ring,
             Err(e) => return Err(fail(socket, format!("cannot create a ring: {e}"))),
         };
@@ -106,9 +121,8 @@ impl UringTransport {
         let recv = (0..RECV_SLOTS)
             .map(|_| {
                 let (name, iov, msg) = zero();
-                let buf: Box<[u8]> = vec![0; RECV_SLOT_LEN + 64].into();
-                let off = buf.as_ptr().align_offset(64);
-                RecvSlot { buf, off, name, iov, msg, done: None }
+                // The buffer comes with the slot's first use (most sockets use one).
+                RecvSlot { buf: Box::default(), off: 0, name, iov, msg, done: None, posted: false }
             })
             .collect();
         let send = (0..SEND_SLOTS)
@@ -125,6 +139,8 @@ impl UringTransport {
             send,
             free_send: (0..SEND_SLOTS).rev().collect(),
             ready: Default::default(),
+            current: 0,
+            poster: None,
             in_flight: 0,
             quiesced: false,
         };
@@ -139,7 +155,7 @@ impl UringTransport {
             return Err(fail(socket, format!("cannot register an eventfd: {e}")));
         }
         let fd = socket.fd();
-        let posted = (0..RECV_SLOTS).try_for_each(|i| ring.post_recv(fd, i));
+        let posted = ring.post_recv(fd, 0);
         if let Err(e) = posted.and_then(|()| ring.ring.submit().map(drop)) {
             drop(ring); // cancels what was posted
             return Err(fail(socket, format!("cannot post receives: {e}")));
@@ -159,9 +175,16 @@ impl Ring {
         Ok(())
     }
 
+    /// Posts receive slot `i` from this thread, as the current one.
     pub(super) fn post_recv(&mut self, fd: i32, i: usize) -> io::Result<()> {
+        self.current = i;
+        self.poster = Some(std::thread::current().id());
         let s = &mut self.recv[i];
         s.done = None;
+        if s.buf.is_empty() {
+            s.buf = vec![0; RECV_SLOT_LEN + 64].into();
+            s.off = s.buf.as_ptr().align_offset(64);
+        }
         let buf = &mut s.buf[s.off..s.off + RECV_SLOT_LEN];
         s.iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         s.msg.msg_name = ptr::from_mut(&mut s.name).cast();
@@ -171,6 +194,20 @@ impl Ring {
         s.msg.msg_control = ptr::null_mut();
         s.msg.msg_controllen = 0;
         let entry = opcode::RecvMsg::new(types::Fd(fd), &raw mut s.msg).build().user_data(i as u64);
+        let pushed = self.push(&entry);
+        self.recv[i].posted = pushed.is_ok();
+        pushed
+    }
+
+    /// A slot neither posted nor waiting to be handed out.
+    pub(super) fn free_recv(&self) -> Option<usize> {
+        (0..self.recv.len()).find(|&i| !self.recv[i].posted && self.recv[i].done.is_none())
+    }
+
+    /// Asks the kernel to end posted receive `i` (it completes, cancelled or with a
+    /// datagram it took meanwhile).
+    pub(super) fn cancel_recv(&mut self, i: usize) -> io::Result<()> {
+        let entry = opcode::AsyncCancel::new(i as u64).build().user_data(CANCEL);
         self.push(&entry)
     }
 
@@ -196,7 +233,9 @@ impl Ring {
                 free_send.push(i);
                 sent(send[i].to, res);
             } else {
-                recv[tag as usize].done = Some(res);
+                let s = &mut recv[tag as usize];
+                s.posted = false;
+                s.done = Some(res);
                 ready.push_back(tag as usize);
             }
         }
@@ -208,13 +247,9 @@ impl Ring {
         if mem::replace(&mut self.quiesced, true) {
             return;
         }
-        let posted: Vec<u64> = (0..self.recv.len())
-            .filter(|&i| self.recv[i].done.is_none())
-            .map(|i| i as u64)
-            .collect();
-        for tag in posted {
-            let entry = opcode::AsyncCancel::new(tag).build().user_data(CANCEL);
-            if self.push(&entry).is_err() {
+        let posted: Vec<usize> = (0..self.recv.len()).filter(|&i| self.recv[i].posted).collect();
+        for i in posted {
+            if self.cancel_recv(i).is_err() {
                 break;
             }
         }
