@@ -21,6 +21,7 @@ use crate::error::Error;
 
 mod rtt;
 mod throughput;
+mod uring;
 
 /// Benchmark Homa against plain UDP and TCP over loopback (no setup needed).
 #[derive(Debug, clap::Args)]

@@ -2,7 +2,7 @@
 //! plain UDP and TCP, interleaved in rounds.
 
 use std::io::Write as _;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Map, Value, json};
 
+use super::uring::{UringEcho, UringUdp};
 use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, UdpEcho, is_root, write_json};
 use crate::error::Error;
 use crate::logging;
@@ -30,6 +31,8 @@ bytes, and this thread calling it, one call at a time, over 127.0.0.0/8:
   homa/ip        Homa as IP protocol 146, as the Linux module (needs CAP_NET_RAW)
   homa/uring-ip  the same through io_uring
   udp            plain UDP: sendto / recvfrom, no protocol at all (the floor)
+  uring          plain UDP through io_uring, one ring entry per side per round trip \
+(io_uring's floor, for homa/uring)
   tcp            TCP with TCP_NODELAY on one connection, length-framed messages
 Contenders take turns in rounds of --round round trips (the order rotates each round), so \
 load from elsewhere on the machine hits all of them alike. Homa's pacer is set to 1 Tbit/s \
@@ -113,7 +116,8 @@ fn pin_to(cpu: usize) -> Result<(), Error> {
 }
 
 /// The names, in the order they are set up and reported.
-const CONTENDERS: [&str; 6] = ["homa/udp", "homa/uring", "homa/ip", "homa/uring-ip", "udp", "tcp"];
+const CONTENDERS: [&str; 7] =
+    ["homa/udp", "homa/uring", "homa/ip", "homa/uring-ip", "udp", "uring", "tcp"];
 
 /// Something that can do one round trip.
 trait Pinger {
@@ -175,6 +179,27 @@ impl Pinger for UdpPinger {
     fn ping(&mut self) -> Result<(), String> {
         self.socket.send_to(&self.message, self.dest).map_err(|e| e.to_string())?;
         let (n, _) = self.socket.recv_from(&mut self.buf).map_err(|e| e.to_string())?;
+        if n != self.message.len() {
+            return Err(format!("response of {n} bytes"));
+        }
+        Ok(())
+    }
+}
+
+/// Plain UDP through io_uring ([`uring`](super::uring)): one ring entry per side per round
+/// trip.
+struct UringPinger {
+    _server: UringEcho,
+    ring: UringUdp,
+    dest: SocketAddrV4,
+    message: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Pinger for UringPinger {
+    fn ping(&mut self) -> Result<(), String> {
+        let out = Some((&self.message[..], self.dest));
+        let (n, _) = self.ring.exchange(out, &mut self.buf).map_err(|e| e.to_string())?;
         if n != self.message.len() {
             return Err(format!("response of {n} bytes"));
         }
@@ -314,6 +339,13 @@ fn setup(
             let dest = server.addr;
             let pinger = UdpPinger { _server: server, socket, dest, message, buf: vec![0; 65_536] };
             Ok((Box::new(pinger), None))
+        }
+        "uring" => {
+            let skipped = |e: std::io::Error| format!("skipped: io_uring unavailable: {e}");
+            let server = UringEcho::start().map_err(skipped)?;
+            let ring = UringUdp::bind().map_err(skipped)?;
+            let (dest, buf) = (server.addr, vec![0; 65_536]);
+            Ok((Box::new(UringPinger { _server: server, ring, dest, message, buf }), None))
         }
         "tcp" => {
             let server = TcpServer::start(1).map_err(|e| e.to_string())?;
