@@ -227,6 +227,11 @@ fn bench_rtt_reports_every_transport_or_why_not() {
         assert_eq!(ip["status"], "ok", "{ip}");
     }
     assert!(report["targets"]["homa_udp_p50_vs_udp"].as_f64().is_some(), "{report}");
+    let uring = contenders.iter().find(|c| c["name"] == "homa/uring").unwrap();
+    if uring["transport_used"] == "uring" {
+        let ratio = &report["targets"]["homa_uring_p50_vs_homa_udp"];
+        assert!(ratio.as_f64().is_some(), "{report}");
+    }
 }
 
 #[test]

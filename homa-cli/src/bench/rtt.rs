@@ -431,9 +431,6 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
             }
         })
         .collect();
-    let base = |name: &str, rows: &[Row]| {
-        rows.iter().find(|r| r.name == name && r.summary.count > 0).map(|r| r.summary)
-    };
     let (udp, tcp) = (base("udp", &rows), base("tcp", &rows));
     let json = to_json(args, &mut rows, udp, tcp, wall, (cpu_before, cpu_after), host_before);
     let mut out = std::io::stdout().lock();
@@ -511,9 +508,8 @@ fn to_json(
             Value::Object(m)
         })
         .collect();
-    let homa_udp =
-        rows.iter().find(|r| r.name == "homa/udp" && r.summary.count > 0).map(|r| r.summary);
-    let targets = match (homa_udp, udp, tcp) {
+    let homa_udp = base("homa/udp", rows);
+    let mut targets = match (homa_udp, udp, tcp) {
         (Some(h), Some(u), Some(t)) => json!({
             "homa_udp_p50_vs_udp": ratio(h.p50, u.p50),
             "homa_udp_p50_vs_udp_target": P50_VS_UDP_TARGET,
@@ -522,6 +518,10 @@ fn to_json(
         }),
         _ => Value::Null,
     };
+    if let (Some(h), Some(r), Value::Object(m)) = (homa_udp, homa_uring(rows), &mut targets) {
+        m.insert("homa_uring_p50_vs_homa_udp".into(), ratio(r.p50, h.p50));
+        m.insert("homa_uring_p50_vs_homa_udp_met".into(), json!(r.p50 <= h.p50));
+    }
     json!({
         "bench": "rtt",
         "size_bytes": args.size,
@@ -619,5 +619,29 @@ fn table(
             if h.summary.p50 < t.p50 { "met" } else { "missed" }
         );
     }
+    if let (Some(h), Some(r)) = (base("homa/udp", rows), homa_uring(rows)) {
+        let q = r.p50 as f64 / h.p50 as f64;
+        let met = if r.p50 <= h.p50 { "met" } else { "missed" };
+        let floor = match (base("uring", rows), udp) {
+            (Some(b), Some(u)) => {
+                format!("; bare io_uring: {:.2}x plain UDP", b.p50 as f64 / u.p50 as f64)
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "target: homa/uring p50 <= homa/udp p50 ({q:.2}x: {met}{floor})");
+    }
     s
+}
+
+/// The summary of a successful contender.
+fn base(name: &str, rows: &[Row]) -> Option<Summary> {
+    rows.iter().find(|r| r.name == name && r.summary.count > 0).map(|r| r.summary)
+}
+
+/// homa/uring's summary, if it ran through io_uring (not fallen back to plain UDP).
+fn homa_uring(rows: &[Row]) -> Option<Summary> {
+    rows.iter()
+        .find(|r| r.name == "homa/uring" && r.used == Some(TransportKind::UringUdp))
+        .filter(|r| r.summary.count > 0)
+        .map(|r| r.summary)
 }
