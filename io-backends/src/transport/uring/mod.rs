@@ -31,6 +31,8 @@ use super::{
     Batch, Datagram, RECV_SLOT_LEN, Transport, TransportKind, TransportStats, Unreachable,
     WaitHandle,
 };
+#[cfg(test)]
+use ring::RECV_SLOTS;
 use ring::{Ring, SEND};
 use waiter::{Kicker, UringWaiter};
 
@@ -436,6 +438,39 @@ mod tests {
         UringTransport::new(socket)
             .inspect_err(|e| eprintln!("skipping: io_uring unavailable: {}", e.reason))
             .ok()
+    }
+
+    #[test]
+    fn the_receive_moves_to_the_thread_about_to_wait() {
+        let Some(mut t) = transport() else { return };
+        let opener = std::thread::current().id();
+        assert_eq!(t.ring.poster, Some(opener));
+        t.receive_here();
+        assert_eq!(t.ring.poster, Some(opener), "already here: nothing moves");
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = t.local_addr();
+        let (mut t, waiter) = std::thread::spawn(move || {
+            t.receive_here();
+            let waiter = std::thread::current().id();
+            assert_eq!(t.ring.poster, Some(waiter));
+            peer.send_to(b"here", to).unwrap();
+            let mut batch = Batch::new(4, RECV_SLOT_LEN);
+            while batch.is_empty() {
+                // The new receive completes on this thread, in this wait.
+                t.ring.ring.submit_and_wait(1).unwrap();
+                t.recv(&mut batch).unwrap();
+            }
+            assert_eq!(batch.get(0).1, b"here");
+            (t, waiter)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(t.ring.poster, Some(waiter), "reposted by the thread that received");
+        // The cancelled receive completed on this thread, the one that posted it (as it
+        // returned from the join).
+        t.reap();
+        let posted: Vec<usize> = (0..RECV_SLOTS).filter(|&i| t.ring.recv[i].posted).collect();
+        assert_eq!(posted, [t.ring.current], "only the current receive stays posted");
     }
 
     #[test]

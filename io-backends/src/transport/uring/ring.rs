@@ -26,7 +26,7 @@ const SEND_SLOTS: usize = 64;
 /// arm again), so with 32 posted a 100-byte round trip took over three times as long as
 /// with one. The others hold receives being cancelled when another thread takes over
 /// receiving (`UringTransport::receive_here`), until the kernel returns them.
-const RECV_SLOTS: usize = 4;
+pub(super) const RECV_SLOTS: usize = 4;
 /// `user_data` tags: receive slots are `0..RECV_SLOTS`, send slots `SEND | i`.
 pub(super) const SEND: u64 = 1 << 32;
 const CANCEL: u64 = 1 << 33;
