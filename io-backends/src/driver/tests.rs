@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use homa_core::{Config, Endpoint, Event};
 
+use super::receive::RX_ROUNDS;
 use super::state::Receiver;
-use super::{Shared, eventfd, lock};
+use super::transmit::more_batches;
+use super::{BATCH, Shared, eventfd, lock};
 use crate::error::Error;
 use crate::transport::{
     Batch, Datagram, Transport, TransportKind, Unreachable, WaitHandle, Waiter, clear, signal,
@@ -429,4 +431,26 @@ fn a_failed_send_is_a_lost_packet() {
     }
     assert_eq!(c.wait().unwrap(), b"ping");
     assert_eq!(s.shared.lock().endpoint.metrics().restarts, 1);
+}
+
+/// Bulk data is taken a batch per call while full batches come. A full batch followed by
+/// an empty queue once made the driver thread call again forever, holding the lock (a
+/// Python client with 8 megabyte calls in flight hung so, once in some tens of runs).
+#[test]
+fn bulk_receiving_stops_at_the_first_batch_that_is_not_full() {
+    let more = |first: usize, takes: &[usize]| {
+        let mut calls = 0;
+        let mut takes = takes.iter().copied();
+        let n = more_batches(first, || {
+            calls += 1;
+            takes.next()
+        });
+        (n, calls)
+    };
+    assert_eq!(more(BATCH, &[0, BATCH, BATCH]), (0, 1), "an empty queue ends it");
+    assert_eq!(more(BATCH, &[BATCH, 5, BATCH]), (BATCH + 5, 2), "so does a short batch");
+    assert_eq!(more(7, &[BATCH]), (0, 0), "a short first batch took all there was");
+    assert_eq!(more(BATCH, &[BATCH]), (BATCH, 2), "bulk mode ended (None)");
+    let endless = [BATCH; 2 * RX_ROUNDS];
+    assert_eq!(more(BATCH, &endless), ((RX_ROUNDS - 1) * BATCH, RX_ROUNDS - 1), "the limit");
 }

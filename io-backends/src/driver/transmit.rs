@@ -94,14 +94,9 @@ impl Inner {
                 if !drained && !self.receiver.leader_blocking() {
                     drained = true;
                     // (Bulk data comes a batch's worth per `receive`: take it all.)
-                    let mut got = self.receive(now);
-                    while self.intake.placing
-                        && got > 0
-                        && got.is_multiple_of(BATCH)
-                        && got < RX_ROUNDS * BATCH
-                    {
-                        got += self.receive(now);
-                    }
+                    let first = self.receive(now);
+                    let got = first
+                        + more_batches(first, || self.intake.placing.then(|| self.receive(now)));
                     // Stopped by the round limit, not by an empty queue: more waits.
                     behind = got >= RX_ROUNDS * BATCH;
                     if got > 0 {
@@ -134,4 +129,17 @@ impl Inner {
             return;
         }
     }
+}
+
+/// After a receive of bulk data (at most a batch per call) that took `first` datagrams:
+/// receives on with `next` (`None` once bulk mode ends) while each call fills a batch, up
+/// to `RX_ROUNDS` batches in all; how many more it took. A call that falls short of a
+/// batch found the queue empty: the next would find nothing either.
+pub(super) fn more_batches(first: usize, mut next: impl FnMut() -> Option<usize>) -> usize {
+    let (mut got, mut last) = (first, first);
+    while last >= BATCH && got < RX_ROUNDS * BATCH {
+        let Some(n) = next() else { break };
+        (got, last) = (got + n, n);
+    }
+    got - first
 }
