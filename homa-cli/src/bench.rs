@@ -114,7 +114,8 @@ impl Drop for HomaPair {
     }
 }
 
-/// A plain UDP echo server; a zero-length datagram stops it.
+/// A UDP echo server thread (plain sockets, or a ring: `uring::start_echo`); a zero-length
+/// datagram stops it.
 #[derive(Debug)]
 struct UdpEcho {
     addr: SocketAddr,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Map, Value, json};
 
-use super::uring::{UringEcho, UringUdp};
+use super::uring::{self, UringUdp};
 use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, UdpEcho, is_root, write_json};
 use crate::error::Error;
 use crate::logging;
@@ -189,7 +189,7 @@ impl Pinger for UdpPinger {
 /// Plain UDP through io_uring ([`uring`](super::uring)): one ring entry per side per round
 /// trip.
 struct UringPinger {
-    _server: UringEcho,
+    _server: UdpEcho,
     ring: UringUdp,
     dest: SocketAddrV4,
     message: Vec<u8>,
@@ -342,9 +342,10 @@ fn setup(
         }
         "uring" => {
             let skipped = |e: std::io::Error| format!("skipped: io_uring unavailable: {e}");
-            let server = UringEcho::start().map_err(skipped)?;
+            let server = uring::start_echo().map_err(skipped)?;
             let ring = UringUdp::bind().map_err(skipped)?;
-            let (dest, buf) = (server.addr, vec![0; 65_536]);
+            let SocketAddr::V4(dest) = server.addr else { unreachable!("bound to 127.0.0.1") };
+            let buf = vec![0; 65_536];
             Ok((Box::new(UringPinger { _server: server, ring, dest, message, buf }), None))
         }
         "tcp" => {

@@ -7,9 +7,10 @@ use std::io;
 use std::mem;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::thread::JoinHandle;
 
 use io_uring::{IoUring, opcode, squeue, types};
+
+use super::UdpEcho;
 
 const RECV: u64 = 1;
 const SEND: u64 = 2;
@@ -91,43 +92,24 @@ impl UringUdp {
     }
 }
 
-/// An echo server on a ring of its own; an empty datagram stops it.
-pub(super) struct UringEcho {
-    pub(super) addr: SocketAddrV4,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl UringEcho {
-    pub(super) fn start() -> io::Result<UringEcho> {
-        let mut server = UringUdp::bind()?;
-        let SocketAddr::V4(addr) = server.local_addr()? else { unreachable!("bound to IPv4") };
-        let thread =
-            std::thread::Builder::new().name("bench-uring-server".into()).spawn(move || {
-                let mut buf = vec![0u8; 65_536];
-                // The last request, echoed with the next receive.
-                let (mut reply, mut reply_to) = (Vec::new(), None);
-                while let Ok((n, from)) =
-                    server.exchange(reply_to.map(|to| (&reply[..], to)), &mut buf)
-                {
-                    if n == 0 {
-                        break;
-                    }
-                    reply.clear();
-                    reply.extend_from_slice(&buf[..n]);
-                    reply_to = Some(from);
+/// An echo server on a ring of its own; like [`UdpEcho`]'s, an empty datagram stops it.
+pub(super) fn start_echo() -> io::Result<UdpEcho> {
+    let mut server = UringUdp::bind()?;
+    let addr = server.local_addr()?;
+    let thread =
+        std::thread::Builder::new().name("bench-uring-server".into()).spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            // The last request, echoed with the next receive.
+            let (mut reply, mut reply_to) = (Vec::new(), None);
+            while let Ok((n, from)) = server.exchange(reply_to.map(|to| (&reply[..], to)), &mut buf)
+            {
+                if n == 0 {
+                    break;
                 }
-            })?;
-        Ok(UringEcho { addr, thread: Some(thread) })
-    }
-}
-
-impl Drop for UringEcho {
-    fn drop(&mut self) {
-        if let Ok(s) = UdpSocket::bind("127.0.0.1:0") {
-            let _ = s.send_to(&[], self.addr);
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+                reply.clear();
+                reply.extend_from_slice(&buf[..n]);
+                reply_to = Some(from);
+            }
+        })?;
+    Ok(UdpEcho { addr, thread: Some(thread) })
 }
