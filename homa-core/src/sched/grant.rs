@@ -53,6 +53,8 @@ impl Entry {
     }
 }
 
+const _: () = assert!(MAX_OVERCOMMIT as u32 <= u8::BITS, "`Grants::needy` has a bit per slot");
+
 #[derive(Debug)]
 pub(crate) struct Grants {
     /// `max_overcommit` slots.
