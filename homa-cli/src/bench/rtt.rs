@@ -186,7 +186,7 @@ impl Pinger for UdpPinger {
     }
 }
 
-/// Plain UDP through io_uring ([`uring`](super::uring)): one ring entry per side per round
+/// Plain UDP through io_uring ([`uring`]): one ring entry per side per round
 /// trip.
 struct UringPinger {
     _server: UdpEcho,
