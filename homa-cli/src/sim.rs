@@ -104,6 +104,10 @@ pub(crate) struct Args {
     /// Messages a receiver grants to at once (default: the paper's value for w1..w5, else 4).
     #[arg(long)]
     overcommit: Option<u8>,
+    /// Messages of one sender a receiver grants to at once (default: --overcommit, as the
+    /// module does today; the paper's simulator granted one message per sender).
+    #[arg(long)]
+    per_peer: Option<u8>,
     /// Priority levels for scheduled packets (default: the paper's overcommitment for the
     /// workload, at most priorities - 1).
     #[arg(long)]
@@ -175,6 +179,7 @@ impl Args {
         let mut endpoint =
             paper_config(&cfg.workload, mbps, self.priorities, overcommit.clamp(1, 8), sched);
         endpoint.max_overcommit = overcommit;
+        endpoint.max_active_per_peer = self.per_peer.unwrap_or(overcommit);
         endpoint.unsched_bytes = self.unsched_bytes;
         endpoint.window = self.window;
         endpoint = homa_sim::with_resend_ticks(endpoint, self.resend_ticks);

@@ -103,6 +103,12 @@ config! {
     max_incoming: u32 = 0, 0, u32::MAX as u64;
     /// Most messages granted to at once (at most 8).
     max_overcommit: u8 = 8, 1, MAX_OVERCOMMIT as u64;
+    /// Most messages of one peer granted to at once. A peer's messages share its uplink, so
+    /// granting several of them at once interleaves them (each finishes later) and takes
+    /// slots from other peers. The paper's scheduler granted one message per sender, as
+    /// the module did until 2025 (`max_rpcs_per_peer`); today's module allows
+    /// `max_overcommit`.
+    max_active_per_peer: u8 = 1, 1, MAX_OVERCOMMIT as u64;
     /// Bytes granted by each FIFO (anti-starvation) grant.
     fifo_grant_increment: u32 = 50_000, 0, u32::MAX as u64;
     /// Thousandths of `link_mbps` reserved for FIFO grants (at most 500).
@@ -578,7 +584,7 @@ mod tests {
             assert!(!f.doc.is_empty(), "{} has a doc comment", f.name);
         }
         assert_eq!(c, Config::default(), "get then set changes nothing");
-        assert_eq!(FIELDS.len(), 31);
+        assert_eq!(FIELDS.len(), 32);
         let overcommit = Field::named("max_overcommit").unwrap();
         (overcommit.set)(&mut c, &Value::Int(3)).unwrap();
         assert_eq!(c.max_overcommit, 3);

@@ -3,11 +3,11 @@
 use homa_core::Instant;
 use std::net::SocketAddr;
 
-use homa_core::wire::{self, Body};
+use homa_core::wire::{self, Ack, Body, PacketType, data, header};
 use homa_core::{Config, Endpoint};
 
 mod common;
-use common::request_data;
+use common::{packet, request_data};
 
 /// Found by the `grant_model` fuzz target (fuzz/regressions/grant_model/
 /// redundant-grant-after-full-grant): once a message was granted to its end, every further
@@ -123,4 +123,58 @@ fn a_batch_of_two_messages_ends_as_if_drained_packet_by_packet() {
     assert!(each.1.iter().filter(|p| p.2.starts_with("Grant")).count() == 2, "{:?}", each.1);
     assert!(each.1.iter().any(|p| p.2.starts_with("Resend")), "{:?}", each.1);
     assert_eq!(batched, each);
+}
+
+/// Grants go to one message per peer at a time (`max_active_per_peer`): a peer's messages
+/// share its uplink, so granting two of them only interleaves them. The peer's shorter
+/// message takes its slot; another peer's message is granted beside it.
+#[test]
+fn a_peer_is_granted_one_message_at_a_time() {
+    let a: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+    let b: SocketAddr = "198.18.0.3:4000".parse().unwrap();
+    // (sender, RPC id, message length)
+    let messages = [(a, 100, 1_000_000), (a, 102, 500_000), (b, 104, 1_000_000)];
+    // The messages granted to on the arrival of each one's second packet, after the first
+    // packets of all three.
+    let granted = |max_active_per_peer| {
+        let config = Config {
+            max_active_per_peer,
+            window: 100_000,
+            max_incoming: 1 << 30,
+            grant_fifo_fraction: 0,
+            ..Config::default()
+        };
+        let mut ep = Endpoint::new(config.clone()).unwrap();
+        ep.bind(99).unwrap();
+        let mut buf = vec![0; config.max_packet_len()];
+        let payload = vec![7; config.max_payload() as usize];
+        let mut ids = Vec::new();
+        for offset in [0, config.max_payload()] {
+            ids.clear();
+            for (from, id, length) in messages {
+                let mut h = header::Repr::new(PacketType::Data, 40_000, 99, id);
+                h.sequence = offset;
+                let repr = data::Repr {
+                    message_length: length,
+                    incoming: 40_000,
+                    ack: Ack::NONE,
+                    cutoff_version: config.cutoff_version,
+                    retransmit: 0,
+                    pad: [0; 3],
+                    seg_offset: offset,
+                };
+                let data = packet(h, Body::Data { repr, payload: &payload });
+                ep.handle_packet(Instant::ZERO, from, &data).unwrap();
+                while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
+                    let p = wire::Repr::parse(&buf[..t.len]).unwrap();
+                    if matches!(p.body, Body::Grant(_)) {
+                        ids.push(p.header.sender_id ^ 1); // the server's id: the client's + 1
+                    }
+                }
+            }
+        }
+        ids
+    };
+    assert_eq!(granted(1), [102, 104], "a's longer message waits for its shorter one");
+    assert_eq!(granted(2), [100, 102, 104], "two of a's messages may be active");
 }

@@ -35,9 +35,12 @@ pub fn paper_overcommit(workload: &str) -> Option<u8> {
 ///   bytes, as in the paper;
 /// - `unsched_bytes` 9,328; a fixed grant `window` of RTTbytes (10,000) per message, the
 ///   paper's `maxOutstandingRecvBytes`, instead of the module's dynamic window;
-/// - `max_overcommit` = `overcommit`; `max_incoming` effectively unlimited, because the
-///   paper had no cap beyond the per-message window (a cap would also count the unscheduled
-///   bytes of messages waiting for grants, which the paper never limited);
+/// - `max_overcommit` = `overcommit`, and `max_active_per_peer` too: one receiver may grant
+///   to several messages of one sender, as today's module does (the paper's simulator
+///   granted one message per sender, our default elsewhere; `homa sim --per-peer 1`);
+/// - `max_incoming` effectively unlimited, because the paper had no cap beyond the
+///   per-message window (a cap would also count the unscheduled bytes of messages waiting
+///   for grants, which the paper never limited);
 /// - no FIFO grants and no FIFO picks in the pacer (the 2018 design is pure SRPT);
 /// - `max_nic_est_backlog_usecs` 0 and `pacer_batch_packets` 0: a packet goes to the NIC
 ///   only when the NIC is idle, as in the paper's simulator, so the sender's SRPT choice is
@@ -68,6 +71,7 @@ pub fn paper_config(
         window: PAPER_RTT_BYTES,
         max_incoming: 1 << 30,
         max_overcommit: overcommit,
+        max_active_per_peer: overcommit,
         grant_fifo_fraction: 0,
         pacer_fifo_fraction: 0,
         max_nic_est_backlog_usecs: 0,

@@ -11,8 +11,11 @@
 //! the link (`grant_fifo_fraction`) goes to FIFO grants for the oldest message, so long
 //! messages are never starved.
 //!
-//! The one difference from the module: SRPT ranks use each message's current bytes
-//! remaining, where the module compares a copy taken when the message became active.
+//! Two differences from the module: SRPT ranks use each message's current bytes remaining,
+//! where the module compares a copy taken when the message became active; and a peer has
+//! at most `max_active_per_peer` active messages (default 1, as in the paper's scheduler,
+//! which granted to senders rather than messages), where today's module lets one peer fill
+//! every slot.
 
 use alloc::vec::Vec;
 
@@ -60,6 +63,8 @@ pub(crate) struct Grants {
     /// `max_overcommit` slots.
     active: [Option<Entry>; MAX_OVERCOMMIT as usize],
     slots: usize,
+    /// `max_active_per_peer`: slots one peer's messages may hold.
+    per_peer: u8,
     /// Occupied slots.
     num_active: usize,
     /// A bit for each slot whose message could not get its full window because of
@@ -89,6 +94,7 @@ impl Grants {
         Grants {
             active: [None; MAX_OVERCOMMIT as usize],
             slots: usize::from(config.max_overcommit),
+            per_peer: config.max_active_per_peer,
             num_active: 0,
             needy: 0,
             cap: u64::from(config.incoming_cap()),
@@ -218,6 +224,16 @@ impl Grants {
     /// Picks a slot for `cand`: an empty one, or the lowest-priority active message if `cand`
     /// should replace it (`homa_grant_find_victim`).
     fn find_victim(&self, cx: &GrantCx<'_>, cand: &Entry) -> Option<usize> {
+        if cx.peers.get(cand.peer).active_grants >= self.per_peer {
+            // Its peer holds all the slots it may: it can only take the place of that
+            // peer's lowest-ranked message.
+            return (0..self.slots)
+                .filter_map(|slot| self.active[slot].map(|a| (slot, a)))
+                .filter(|(_, a)| a.peer == cand.peer)
+                .max_by_key(|(_, a)| a.rank())
+                .filter(|(_, a)| outranks(cand.rank(), a.rank()))
+                .map(|(slot, _)| slot);
+        }
         let active_of = |peer: PeerId| usize::from(cx.peers.get(peer).active_grants);
         let mut lp: Option<(usize, usize, Entry)> = None; // (slot, its peer's active, entry)
         for slot in 0..self.slots {
@@ -243,12 +259,13 @@ impl Grants {
     }
 
     /// Fills an empty slot from the waiting messages: the best message of a peer with no
-    /// active message, else of the peer with the fewest (`homa_grant_promote_queued`).
+    /// active message, else of the peer with the fewest, below `max_active_per_peer`
+    /// (`homa_grant_promote_queued`).
     fn promote_waiting(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
         let mut best: Option<(usize, u8)> = None;
         for (i, e) in self.waiting.iter().enumerate() {
             let active = cx.peers.get(e.peer).active_grants;
-            if best.is_none_or(|(_, a)| active < a) {
+            if active < self.per_peer && best.is_none_or(|(_, a)| active < a) {
                 best = Some((i, active));
                 if active == 0 {
                     break;
