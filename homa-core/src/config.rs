@@ -105,9 +105,10 @@ config! {
     max_overcommit: u8 = 8, 1, MAX_OVERCOMMIT as u64;
     /// Most messages of one peer granted to at once. A peer's messages share its uplink, so
     /// granting several of them at once interleaves them (each finishes later) and takes
-    /// slots from other peers. The paper's scheduler granted one message per sender, as
-    /// the module did until 2025 (`max_rpcs_per_peer`); today's module allows
-    /// `max_overcommit`.
+    /// slots from other peers. A message in its last round trip (`unsched_bytes` left to
+    /// receive) hands its peer's turn to the next, so the next one's data follows without
+    /// a gap. The paper's scheduler granted one message per sender, as the module did until
+    /// 2025 (`max_rpcs_per_peer`); today's module allows `max_overcommit`.
     max_active_per_peer: u8 = 1, 1, MAX_OVERCOMMIT as u64;
     /// Bytes granted by each FIFO (anti-starvation) grant.
     fifo_grant_increment: u32 = 50_000, 0, u32::MAX as u64;

@@ -127,16 +127,13 @@ fn a_batch_of_two_messages_ends_as_if_drained_packet_by_packet() {
 
 /// Grants go to one message per peer at a time (`max_active_per_peer`): a peer's messages
 /// share its uplink, so granting two of them only interleaves them. The peer's shorter
-/// message takes its slot; another peer's message is granted beside it.
+/// message takes its turn; another peer's message is granted beside it. A message in its
+/// last round trip gives its peer's turn to the next.
 #[test]
 fn a_peer_is_granted_one_message_at_a_time() {
     let a: SocketAddr = "198.18.0.2:4000".parse().unwrap();
     let b: SocketAddr = "198.18.0.3:4000".parse().unwrap();
-    // (sender, RPC id, message length)
-    let messages = [(a, 100, 1_000_000), (a, 102, 500_000), (b, 104, 1_000_000)];
-    // The messages granted to on the arrival of each one's second packet, after the first
-    // packets of all three.
-    let granted = |max_active_per_peer| {
+    let receiver = |max_active_per_peer| {
         let config = Config {
             max_active_per_peer,
             window: 100_000,
@@ -144,37 +141,51 @@ fn a_peer_is_granted_one_message_at_a_time() {
             grant_fifo_fraction: 0,
             ..Config::default()
         };
-        let mut ep = Endpoint::new(config.clone()).unwrap();
+        let mut ep = Endpoint::new(config).unwrap();
         ep.bind(99).unwrap();
-        let mut buf = vec![0; config.max_packet_len()];
-        let payload = vec![7; config.max_payload() as usize];
+        ep
+    };
+    // Hands `ep` the DATA packets (sender, RPC id, message length, offset); returns the
+    // RPCs (by the client's id) of the GRANTs it sends in answer, in order.
+    let feed = |ep: &mut Endpoint, packets: &[(SocketAddr, u64, u32, u32)]| {
+        let mut buf = vec![0; 1500];
         let mut ids = Vec::new();
-        for offset in [0, config.max_payload()] {
-            ids.clear();
-            for (from, id, length) in messages {
-                let mut h = header::Repr::new(PacketType::Data, 40_000, 99, id);
-                h.sequence = offset;
-                let repr = data::Repr {
-                    message_length: length,
-                    incoming: 40_000,
-                    ack: Ack::NONE,
-                    cutoff_version: config.cutoff_version,
-                    retransmit: 0,
-                    pad: [0; 3],
-                    seg_offset: offset,
-                };
-                let data = packet(h, Body::Data { repr, payload: &payload });
-                ep.handle_packet(Instant::ZERO, from, &data).unwrap();
-                while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
-                    let p = wire::Repr::parse(&buf[..t.len]).unwrap();
-                    if matches!(p.body, Body::Grant(_)) {
-                        ids.push(p.header.sender_id ^ 1); // the server's id: the client's + 1
-                    }
+        for &(from, id, length, offset) in packets {
+            let mut h = header::Repr::new(PacketType::Data, 40_000, 99, id);
+            h.sequence = offset;
+            let repr = data::Repr {
+                message_length: length,
+                incoming: 40_000,
+                ack: Ack::NONE,
+                cutoff_version: Config::default().cutoff_version,
+                retransmit: 0,
+                pad: [0; 3],
+                seg_offset: offset,
+            };
+            let data = packet(h, Body::Data { repr, payload: &[7; 1424] });
+            ep.handle_packet(Instant::ZERO, from, &data).unwrap();
+            while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
+                let p = wire::Repr::parse(&buf[..t.len]).unwrap();
+                if matches!(p.body, Body::Grant(_)) {
+                    ids.push(p.header.sender_id ^ 1); // the server's id is the client's + 1
                 }
             }
         }
         ids
     };
-    assert_eq!(granted(1), [102, 104], "a's longer message waits for its shorter one");
-    assert_eq!(granted(2), [100, 102, 104], "two of a's messages may be active");
+    let first = [(a, 100, 1_000_000, 0), (a, 102, 500_000, 0), (b, 104, 1_000_000, 0)];
+    let second = first.map(|(from, id, length, _)| (from, id, length, 1424));
+    let mut one = receiver(1);
+    feed(&mut one, &first);
+    assert_eq!(feed(&mut one, &second), [102, 104], "a's longer message waits for its shorter");
+    let mut two = receiver(2);
+    feed(&mut two, &first);
+    assert_eq!(feed(&mut two, &second), [100, 102, 104], "two of a's may be granted to");
+
+    // 102 (42,000 bytes) takes a's turn before 100 is granted anything. Its second packet
+    // leaves it less than a round trip's worth to receive (`unsched_bytes`, 40,000), and
+    // 100, none of whose packets arrive meanwhile, has its turn at once.
+    let mut one = receiver(1);
+    assert_eq!(feed(&mut one, &[(a, 102, 42_000, 0), (a, 100, 1_000_000, 0)]), [102]);
+    assert_eq!(feed(&mut one, &[(a, 102, 42_000, 1424)]), [100]);
 }

@@ -13,9 +13,9 @@
 //!
 //! Two differences from the module: SRPT ranks use each message's current bytes remaining,
 //! where the module compares a copy taken when the message became active; and a peer has
-//! at most `max_active_per_peer` active messages (default 1, as in the paper's scheduler,
-//! which granted to senders rather than messages), where today's module lets one peer fill
-//! every slot.
+//! at most `max_active_per_peer` active messages besides those in their last round trip
+//! (default 1, as in the paper's scheduler, which granted to senders rather than messages),
+//! where today's module lets one peer fill every slot.
 
 use alloc::vec::Vec;
 
@@ -65,6 +65,9 @@ pub(crate) struct Grants {
     slots: usize,
     /// `max_active_per_peer`: slots one peer's messages may hold.
     per_peer: u8,
+    /// Bytes left to receive at which a message gives its peer's turn to the next: a round
+    /// trip's worth (`unsched_bytes`), so the next one's data follows without a gap.
+    last_round_trip: u32,
     /// Occupied slots.
     num_active: usize,
     /// A bit for each slot whose message could not get its full window because of
@@ -95,6 +98,7 @@ impl Grants {
             active: [None; MAX_OVERCOMMIT as usize],
             slots: usize::from(config.max_overcommit),
             per_peer: config.max_active_per_peer,
+            last_round_trip: config.unsched_bytes,
             num_active: 0,
             needy: 0,
             cap: u64::from(config.incoming_cap()),
@@ -152,9 +156,25 @@ impl Grants {
                     a.remaining = e.remaining;
                 }
                 self.try_send(cx, slot, true);
+                if self.active[slot].is_some_and(|a| a.remaining <= self.last_round_trip) {
+                    self.fill_free_slots(cx);
+                }
             }
         }
         self.check_needy(cx);
+    }
+
+    /// A message in its last round trip no longer counts against its peer's limit: waiting
+    /// messages of that peer may take free slots.
+    fn fill_free_slots(&mut self, cx: &mut GrantCx<'_>) {
+        while self.num_active < self.slots && !self.waiting.is_empty() {
+            let Some(free) = self.active[..self.slots].iter().position(Option::is_none) else {
+                return;
+            };
+            if !self.promote_waiting(cx, free) {
+                return;
+            }
+        }
     }
 
     /// A message's RPC ends before the message completed (aborted, timed out, acked): stop
@@ -224,15 +244,11 @@ impl Grants {
     /// Picks a slot for `cand`: an empty one, or the lowest-priority active message if `cand`
     /// should replace it (`homa_grant_find_victim`).
     fn find_victim(&self, cx: &GrantCx<'_>, cand: &Entry) -> Option<usize> {
-        if cx.peers.get(cand.peer).active_grants >= self.per_peer {
+        let (holding, lowest) = self.holding(cand.peer);
+        if holding >= self.per_peer {
             // Its peer holds all the slots it may: it can only take the place of that
             // peer's lowest-ranked message.
-            return (0..self.slots)
-                .filter_map(|slot| self.active[slot].map(|a| (slot, a)))
-                .filter(|(_, a)| a.peer == cand.peer)
-                .max_by_key(|(_, a)| a.rank())
-                .filter(|(_, a)| outranks(cand.rank(), a.rank()))
-                .map(|(slot, _)| slot);
+            return lowest.filter(|(_, a)| outranks(cand.rank(), a.rank())).map(|(slot, _)| slot);
         }
         let active_of = |peer: PeerId| usize::from(cx.peers.get(peer).active_grants);
         let mut lp: Option<(usize, usize, Entry)> = None; // (slot, its peer's active, entry)
@@ -259,23 +275,50 @@ impl Grants {
     }
 
     /// Fills an empty slot from the waiting messages: the best message of a peer with no
-    /// active message, else of the peer with the fewest, below `max_active_per_peer`
-    /// (`homa_grant_promote_queued`).
-    fn promote_waiting(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
+    /// active message, else of the peer with the fewest, of the peers below
+    /// `max_active_per_peer` (`homa_grant_promote_queued`). Whether it found one.
+    fn promote_waiting(&mut self, cx: &mut GrantCx<'_>, slot: usize) -> bool {
+        let mut at_limit = [None; MAX_OVERCOMMIT as usize];
+        for (i, a) in self.active[..self.slots].iter().enumerate() {
+            if let Some(a) = a
+                && self.holding(a.peer).0 >= self.per_peer
+            {
+                at_limit[i] = Some(a.peer);
+            }
+        }
         let mut best: Option<(usize, u8)> = None;
         for (i, e) in self.waiting.iter().enumerate() {
             let active = cx.peers.get(e.peer).active_grants;
-            if active < self.per_peer && best.is_none_or(|(_, a)| active < a) {
+            if best.is_none_or(|(_, a)| active < a) && !at_limit.contains(&Some(e.peer)) {
                 best = Some((i, active));
                 if active == 0 {
                     break;
                 }
             }
         }
-        let Some((i, _)) = best else { return };
+        let Some((i, _)) = best else { return false };
         let entry = self.waiting.remove(i);
         self.add_active(cx, slot, entry);
         self.set_needy(slot);
+        true
+    }
+
+    /// The active messages of `peer` that count against `max_active_per_peer`, those with
+    /// more than a round trip's worth still to receive: how many, and the lowest-ranked one
+    /// with its slot.
+    fn holding(&self, peer: PeerId) -> (u8, Option<(usize, Entry)>) {
+        let (mut n, mut lowest) = (0, None::<(usize, Entry)>);
+        for (slot, a) in self.active[..self.slots].iter().enumerate() {
+            let Some(a) = *a else { continue };
+            if a.peer != peer || a.remaining <= self.last_round_trip {
+                continue;
+            }
+            n += 1;
+            if lowest.is_none_or(|(_, l)| outranks(l.rank(), a.rank())) {
+                lowest = Some((slot, a));
+            }
+        }
+        (n, lowest)
     }
 
     /// A waiting message got closer to completion: move it up, and into the active set if it
