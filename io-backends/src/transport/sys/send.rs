@@ -112,10 +112,12 @@ fn send_some(
     r: &mut Reports<'_>,
 ) -> io::Result<usize> {
     let (mut n, mut k, mut v) = (0, first, 0);
-    // Room for every datagram left, so the stage never moves under the iovecs into it.
+    // Room for every datagram left that a run can hold (a run has two or more), so the
+    // stage never moves under the iovecs into it.
     s.stage.clear();
     if *gso {
-        s.stage.reserve((first..batch.len()).map(|j| batch.datagram_len(j)).sum());
+        let lens = (first..batch.len()).map(|j| batch.datagram_len(j));
+        s.stage.reserve(lens.filter(|&len| len <= GSO_MAX_BYTES / 2).sum());
     }
     while n < s.hdrs.len() && k < batch.len() {
         // At most two iovecs a datagram: its slot's bytes, and its tail if it has one.
