@@ -17,6 +17,7 @@ mod sockopt;
 use std::collections::VecDeque;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::ops::Range;
 use std::ptr;
 
 use super::{Batch, TransportStats, Unreachable};
@@ -97,8 +98,10 @@ pub(super) struct MmsgScratch {
     /// headers the last call may have changed (the rest are still set up).
     prepared: Option<(usize, usize, usize, usize, bool)>,
     touched: usize,
-    /// Sending: the datagrams of the GSO runs of one call, each run in one piece.
+    /// Sending: the datagrams of the GSO runs of one call, each run in one piece, and
+    /// which iovec points at which run.
     stage: Vec<u8>,
+    staged: Vec<(usize, Range<usize>)>,
 }
 
 // SAFETY: the raw pointers inside are rewritten before every system call and never
@@ -106,8 +109,8 @@ pub(super) struct MmsgScratch {
 unsafe impl Send for MmsgScratch {}
 
 impl MmsgScratch {
-    /// Room for `n` messages (receiving) or `n` datagrams (sending: two iovecs each, the
-    /// slot's bytes and the tail).
+    /// Room for `n` messages (receiving) or `n` datagrams (sending: at most two iovecs
+    /// each, the slot's bytes and the tail).
     pub(super) fn new(n: usize) -> MmsgScratch {
         // SAFETY: all-zero bytes are valid for these plain C structs.
         let (hdr, iov, name) = unsafe { (mem::zeroed(), mem::zeroed(), mem::zeroed()) };
@@ -118,6 +121,7 @@ impl MmsgScratch {
             cmsgs: vec![CmsgBuf::ZERO; n],
             runs: vec![(0, 0); n],
             stage: Vec::new(),
+            staged: Vec::new(),
             prepared: None,
             touched: 0,
         }

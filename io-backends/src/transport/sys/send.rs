@@ -18,8 +18,8 @@ const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes in one UDP GSO send (a UDP datagram holds at most 65,507).
 const GSO_MAX_BYTES: usize = 65_000;
 
-/// Sends `batch` with `sendmmsg` and clears it; each datagram is its slot's bytes and its
-/// tail (two iovecs). With `gso`, runs of equal-sized datagrams to one peer at one
+/// Sends `batch` with `sendmmsg` and clears it; a datagram sent alone is its slot's bytes
+/// and its tail (two iovecs). With `gso`, runs of equal-sized datagrams to one peer at one
 /// priority go as one UDP GSO message, copied into one buffer; if the kernel refuses that,
 /// `gso` is turned off and they go one by one. A refused datagram is dropped and counted;
 /// if its destination is unreachable it is reported. A pending socket error (an ICMP error
@@ -112,14 +112,8 @@ fn send_some(
     r: &mut Reports<'_>,
 ) -> io::Result<usize> {
     let (mut n, mut k, mut v) = (0, first, 0);
-    // Room for every datagram left that a run can hold (a run has two or more), so the
-    // stage never moves under the iovecs into it.
     s.stage.clear();
-    if *gso {
-        let lens = (first..batch.len()).map(|j| batch.datagram_len(j));
-        s.stage.reserve(lens.filter(|&len| len <= GSO_MAX_BYTES / 2).sum());
-    }
-    let stage_at = s.stage.as_ptr();
+    s.staged.clear();
     while n < s.hdrs.len() && k < batch.len() {
         // At most two iovecs a datagram: its slot's bytes, and its tail if it has one.
         let room = (s.iovs.len() - v) / 2;
@@ -133,6 +127,7 @@ fn send_some(
             // A GSO run goes as one buffer, copied here: the kernel copies one buffer for
             // less than two iovecs a segment (header, payload) cost it, by more than this
             // copy costs (homa bench throughput at MTU 1500: 8-10 % less CPU per byte).
+            // Its iovec is set once the stage is complete: the stage may move as it grows.
             let start = s.stage.len();
             for j in k..k + count {
                 s.stage.extend_from_slice(batch.get(j).1);
@@ -140,7 +135,7 @@ fn send_some(
                     s.stage.extend_from_slice(tail.as_slice());
                 }
             }
-            s.iovs[v] = iovec(&s.stage[start..]);
+            s.staged.push((v, start..s.stage.len()));
             v += 1;
         } else {
             s.iovs[v] = iovec(batch.get(k).1);
@@ -167,11 +162,13 @@ fn send_some(
         n += 1;
         k += count;
     }
-    debug_assert_eq!(s.stage.as_ptr(), stage_at, "the stage moved under its iovecs");
+    for (iov, range) in s.staged.drain(..) {
+        s.iovs[iov] = iovec(&s.stage[range]);
+    }
     let (mut i, mut retried) = (0, false);
     while i < n {
-        // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch` and its tails)
-        // and control buffers set up above; the kernel only reads them. One message goes
+        // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch`, its tails and the
+        // stage, which is not touched again in this call) and control buffers set up above; the kernel only reads them. One message goes
         // with sendmsg (or sendto, in one piece without control data), which cost the
         // kernel less than a batch of one.
         let sent = unsafe {
