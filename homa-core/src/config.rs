@@ -107,8 +107,9 @@ config! {
     /// granting several of them at once interleaves them (each finishes later) and takes
     /// slots from other peers. A message in its last round trip (`unsched_bytes` left to
     /// receive) hands its peer's turn to the next, so the next one's data follows without
-    /// a gap. The paper's scheduler granted one message per sender, as the module did until
-    /// 2025 (`max_rpcs_per_peer`); today's module allows `max_overcommit`.
+    /// a gap. The paper's scheduler granted one message per sender, as did the module's
+    /// former sysctl `max_rpcs_per_peer` (default 1; unlike [`Config::max_rpcs_per_peer`],
+    /// a grant limit); today's module allows `max_overcommit`.
     max_active_per_peer: u8 = 1, 1, MAX_OVERCOMMIT as u64;
     /// Bytes granted by each FIFO (anti-starvation) grant.
     fifo_grant_increment: u32 = 50_000, 0, u32::MAX as u64;

@@ -3,11 +3,11 @@
 use homa_core::Instant;
 use std::net::SocketAddr;
 
-use homa_core::wire::{self, Ack, Body, PacketType, data, header};
+use homa_core::wire::{self, Body};
 use homa_core::{Config, Endpoint};
 
 mod common;
-use common::{packet, request_data};
+use common::{SERVER_PORT, request_data, request_data_of};
 
 /// Found by the `grant_model` fuzz target (fuzz/regressions/grant_model/
 /// redundant-grant-after-full-grant): once a message was granted to its end, every further
@@ -17,7 +17,7 @@ use common::{packet, request_data};
 fn no_grant_repeats_an_offset_once_the_message_is_fully_granted() {
     let config = Config { window: 10_000, grant_fifo_fraction: 0, ..Config::default() };
     let mut ep = Endpoint::new(config.clone()).unwrap();
-    ep.bind(99).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
     let from: SocketAddr = "198.18.0.2:4000".parse().unwrap();
     let mut buf = vec![0; config.max_packet_len()];
     let (length, mut offset, mut grants) = (30_000, 0, Vec::new());
@@ -101,7 +101,7 @@ fn a_batch_of_two_messages_ends_as_if_drained_packet_by_packet() {
     let mut sent = Vec::new();
     for batched in [false, true] {
         let mut ep = Endpoint::new(config.clone()).unwrap();
-        ep.bind(99).unwrap();
+        ep.bind(SERVER_PORT).unwrap();
         let mut out = Vec::new();
         for &(from, i) in &order {
             let data = request_data(1_000_000, 40_000, i * payload, payload as usize);
@@ -142,7 +142,7 @@ fn a_peer_is_granted_one_message_at_a_time() {
             ..Config::default()
         };
         let mut ep = Endpoint::new(config).unwrap();
-        ep.bind(99).unwrap();
+        ep.bind(SERVER_PORT).unwrap();
         ep
     };
     // Hands `ep` the DATA packets (sender, RPC id, message length, offset); returns the
@@ -151,18 +151,7 @@ fn a_peer_is_granted_one_message_at_a_time() {
         let mut buf = vec![0; 1500];
         let mut ids = Vec::new();
         for &(from, id, length, offset) in packets {
-            let mut h = header::Repr::new(PacketType::Data, 40_000, 99, id);
-            h.sequence = offset;
-            let repr = data::Repr {
-                message_length: length,
-                incoming: 40_000,
-                ack: Ack::NONE,
-                cutoff_version: Config::default().cutoff_version,
-                retransmit: 0,
-                pad: [0; 3],
-                seg_offset: offset,
-            };
-            let data = packet(h, Body::Data { repr, payload: &[7; 1424] });
+            let data = request_data_of(id, length, 40_000, offset, 1424);
             ep.handle_packet(Instant::ZERO, from, &data).unwrap();
             while let Some(t) = ep.poll_transmit(Instant::ZERO, &mut buf).unwrap() {
                 let p = wire::Repr::parse(&buf[..t.len]).unwrap();

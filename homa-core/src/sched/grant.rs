@@ -63,11 +63,12 @@ pub(crate) struct Grants {
     /// `max_overcommit` slots.
     active: [Option<Entry>; MAX_OVERCOMMIT as usize],
     slots: usize,
-    /// `max_active_per_peer`: slots one peer's messages may hold.
+    /// `max_active_per_peer`: slots one peer's messages may hold, besides those in their
+    /// last round trip.
     per_peer: u8,
     /// Bytes left to receive at which a message gives its peer's turn to the next: a round
     /// trip's worth (`unsched_bytes`), so the next one's data follows without a gap.
-    last_round_trip: u32,
+    handoff_bytes: u32,
     /// Occupied slots.
     num_active: usize,
     /// A bit for each slot whose message could not get its full window because of
@@ -98,7 +99,7 @@ impl Grants {
             active: [None; MAX_OVERCOMMIT as usize],
             slots: usize::from(config.max_overcommit),
             per_peer: config.max_active_per_peer,
-            last_round_trip: config.unsched_bytes,
+            handoff_bytes: config.unsched_bytes,
             num_active: 0,
             needy: 0,
             cap: u64::from(config.incoming_cap()),
@@ -156,7 +157,7 @@ impl Grants {
                     a.remaining = e.remaining;
                 }
                 self.try_send(cx, slot, true);
-                if self.active[slot].is_some_and(|a| a.remaining <= self.last_round_trip) {
+                if self.active[slot].is_some_and(|a| a.remaining <= self.handoff_bytes) {
                     self.fill_free_slots(cx);
                 }
             }
@@ -242,12 +243,13 @@ impl Grants {
     }
 
     /// Picks a slot for `cand`: an empty one, or the lowest-priority active message if `cand`
-    /// should replace it (`homa_grant_find_victim`).
+    /// should replace it (`homa_grant_find_victim`); none, even with a slot empty, when its
+    /// peer is at `max_active_per_peer` and `cand` does not outrank that peer's lowest.
     fn find_victim(&self, cx: &GrantCx<'_>, cand: &Entry) -> Option<usize> {
         let (holding, lowest) = self.holding(cand.peer);
-        if holding >= self.per_peer {
-            // Its peer holds all the slots it may: it can only take the place of that
-            // peer's lowest-ranked message.
+        if holding >= self.per_peer && cand.remaining > self.handoff_bytes {
+            // Its peer holds all the slots it may, and it would count too: it can only take
+            // the place of that peer's lowest-ranked message.
             return lowest.filter(|(_, a)| outranks(cand.rank(), a.rank())).map(|(slot, _)| slot);
         }
         let active_of = |peer: PeerId| usize::from(cx.peers.get(peer).active_grants);
@@ -275,8 +277,9 @@ impl Grants {
     }
 
     /// Fills an empty slot from the waiting messages: the best message of a peer with no
-    /// active message, else of the peer with the fewest, of the peers below
-    /// `max_active_per_peer` (`homa_grant_promote_queued`). Whether it found one.
+    /// active message, else of the peer with the fewest, of the messages that would not
+    /// count against a peer at `max_active_per_peer` (`homa_grant_promote_queued`). Whether
+    /// it found one.
     fn promote_waiting(&mut self, cx: &mut GrantCx<'_>, slot: usize) -> bool {
         let mut at_limit = [None; MAX_OVERCOMMIT as usize];
         for (i, a) in self.active[..self.slots].iter().enumerate() {
@@ -289,7 +292,8 @@ impl Grants {
         let mut best: Option<(usize, u8)> = None;
         for (i, e) in self.waiting.iter().enumerate() {
             let active = cx.peers.get(e.peer).active_grants;
-            if best.is_none_or(|(_, a)| active < a) && !at_limit.contains(&Some(e.peer)) {
+            let may = e.remaining <= self.handoff_bytes || !at_limit.contains(&Some(e.peer));
+            if best.is_none_or(|(_, a)| active < a) && may {
                 best = Some((i, active));
                 if active == 0 {
                     break;
@@ -310,7 +314,7 @@ impl Grants {
         let (mut n, mut lowest) = (0, None::<(usize, Entry)>);
         for (slot, a) in self.active[..self.slots].iter().enumerate() {
             let Some(a) = *a else { continue };
-            if a.peer != peer || a.remaining <= self.last_round_trip {
+            if a.peer != peer || a.remaining <= self.handoff_bytes {
                 continue;
             }
             n += 1;

@@ -106,7 +106,18 @@ pub(crate) fn settle(net: &mut Network, app: &mut impl App, limit_ms: u64) {
 /// `length`-byte message with `incoming` unscheduled bytes, for handing straight to an
 /// endpoint.
 pub(crate) fn request_data(length: u32, incoming: u32, offset: u32, len: usize) -> Vec<u8> {
-    let mut h = header::Repr::new(PacketType::Data, 40_000, SERVER_PORT, 100);
+    request_data_of(100, length, incoming, offset, len)
+}
+
+/// `request_data` for the client's RPC `id`.
+pub(crate) fn request_data_of(
+    id: u64,
+    length: u32,
+    incoming: u32,
+    offset: u32,
+    len: usize,
+) -> Vec<u8> {
+    let mut h = header::Repr::new(PacketType::Data, 40_000, SERVER_PORT, id);
     h.sequence = offset;
     let repr = data::Repr {
         message_length: length,
