@@ -223,6 +223,9 @@ pub struct ProtocolSummary {
     pub priorities: u8,
     /// Most messages a receiver grants to at once.
     pub overcommit: u8,
+    /// Most messages of one sender granted to at once, when fewer than `overcommit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_active_per_peer: Option<u8>,
     /// Levels for scheduled packets (`max_sched_prio` + 1).
     pub sched_levels: u8,
     /// Receivers' unscheduled cutoffs: entry i is the largest message sent at level i.
@@ -518,6 +521,7 @@ pub(crate) fn build(mut x: Inputs<'_>) -> Report {
         protocol: ProtocolSummary {
             priorities: e.num_priorities,
             overcommit: e.max_overcommit,
+            max_active_per_peer: Some(e.max_active_per_peer).filter(|&n| n < e.max_overcommit),
             sched_levels: e.max_sched_prio() + 1,
             unsched_cutoffs: e.unsched_cutoffs,
             unsched_bytes: e.unsched_bytes,
@@ -609,9 +613,13 @@ impl Report {
         let tenths: Vec<String> =
             self.measured.load_by_tenth.iter().map(|l| format!("{l:.3}")).collect();
         let _ = writeln!(s, "measured load by tenth of the window: {}", tenths.join(" "));
+        let per_peer = match self.protocol.max_active_per_peer {
+            Some(n) => format!("  per peer {n}"),
+            None => String::new(),
+        };
         let _ = writeln!(
             s,
-            "priorities {}  overcommit {}  scheduled levels {}  cutoffs {:?}",
+            "priorities {}  overcommit {}{per_peer}  scheduled levels {}  cutoffs {:?}",
             self.protocol.priorities,
             self.protocol.overcommit,
             self.protocol.sched_levels,
