@@ -128,3 +128,24 @@ def test_benchmark_skips_a_missing_peer(tmp_path: Path) -> None:
     assert "skipping zmq: pyzmq is not importable" in stderr
     assert set(result["skipped"]) == {"grpc", "zmq"}
     assert set(result["rows"][0]["results"]) == {"homa", "tcp"}
+
+
+def test_benchmark_passes_homa_options(tmp_path: Path) -> None:
+    """`--homa-option` reaches homa.open on both ends: a valid option runs, a value homa
+    refuses fails the run with homa's error, and a malformed one is a usage error."""
+    option = ["--homa-option", "max_active_per_peer=8"]
+    result, _ = run_benchmark(tmp_path, "--workload", "small", "--contender", "homa", *option)
+    assert result["rows"][0]["results"]["homa"]["calls_per_s"] > 0
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "homa.bench", "--workload", "small", "--contender", "homa"]
+        return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+
+    for mode in ([], ["--in-process"]):
+        tiny = ["--rounds", "1", "--seconds", "0.05"]
+        refused = bench(*mode, *tiny, "--homa-option", "max_active_per_peer=0")
+        assert refused.returncode != 0
+        assert "max_active_per_peer" in refused.stderr
+    malformed = bench("--homa-option", "max_active_per_peer")
+    assert malformed.returncode == 2
+    assert "expected KEY=VALUE" in malformed.stderr

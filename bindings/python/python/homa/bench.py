@@ -232,14 +232,14 @@ async def zmq_server(host: str) -> tuple[int, Closer]:
 
 
 async def start_servers(
-    host: str, contenders: list[str], workloads: list[str]
+    host: str, contenders: list[str], workloads: list[str], homa_options: dict[str, Any]
 ) -> dict[str, tuple[int, Closer]]:
     """The chosen contenders' echo servers on the running loop, by client key."""
     servers = {}
     if "homa" in contenders:
-        servers["homa"] = await homa_server(host)
+        servers["homa"] = await homa_server(host, **homa_options)
         if "tensor" in workloads:
-            options = {"max_message_length": TENSOR_MAX_MESSAGE_LENGTH}
+            options = {**homa_options, "max_message_length": TENSOR_MAX_MESSAGE_LENGTH}
             servers["homa_tensor"] = await homa_server(host, **options)
     starts = {"tcp": tcp_server, "grpc": grpc_server, "zmq": zmq_server}
     for name in contenders:
@@ -269,6 +269,7 @@ class ServerProcess:
     def __init__(self, args: argparse.Namespace, contenders: list[str]) -> None:
         cmd = [sys.executable, "-m", "homa.bench", "--serve", "--contender", ",".join(contenders),
                "--workload", ",".join(args.workload)] + (["--uvloop"] if args.uvloop else [])  # fmt: skip
+        cmd += [f"--homa-option={option}" for option in args.homa_option]
         pipe = subprocess.PIPE
         self._child = subprocess.Popen(cmd, stdin=pipe, stdout=pipe, text=True)
         self.ports: dict[str, int] = json.loads(self._readline())
@@ -292,8 +293,10 @@ class ServerProcess:
         self._child.wait(timeout=30)
 
 
-async def serve_forever(host: str, contenders: list[str], workloads: list[str]) -> None:
-    servers = await start_servers(host, contenders, workloads)
+async def serve_forever(
+    host: str, contenders: list[str], workloads: list[str], homa_options: dict[str, Any]
+) -> None:
+    servers = await start_servers(host, contenders, workloads, homa_options)
     print(json.dumps({name: port for name, (port, _) in servers.items()}), flush=True)
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
@@ -427,12 +430,14 @@ class ZmqClient:
 Client = Union[HomaClient, TcpClient, GrpcClient, ZmqClient]
 
 
-async def open_clients(host: str, ports: dict[str, int]) -> dict[str, Client]:
+async def open_clients(
+    host: str, ports: dict[str, int], homa_options: dict[str, Any]
+) -> dict[str, Client]:
     """A client for each server in `ports`, by the same key."""
     clients: dict[str, Client] = {}
     for key, port in ports.items():
         if key.startswith("homa"):
-            options: dict[str, Any] = {}
+            options = dict(homa_options)
             if key == "homa_tensor":
                 options["max_message_length"] = TENSOR_MAX_MESSAGE_LENGTH
             clients[key] = HomaClient(await homa.open(host=host, **options), (host, port))
@@ -526,12 +531,15 @@ def summary(
 
 async def bench(args: argparse.Namespace, contenders: list[str]) -> list[dict[str, Any]]:
     host = "127.0.0.1"
+    homa_options = homa_options_of(args.homa_option)
     servers: Servers
     if args.in_process:
-        servers = InProcessServers(await start_servers(host, contenders, args.workload))
+        servers = InProcessServers(
+            await start_servers(host, contenders, args.workload, homa_options)
+        )
     else:
         servers = ServerProcess(args, contenders)
-    clients = await open_clients(host, servers.ports)
+    clients = await open_clients(host, servers.ports, homa_options)
     rows = rows_of(args.workload, args.size, args.concurrency)
     messages = {row.workload: message_for(row) for row in rows}
     callers: dict[tuple[Row, str], list[Call]] = {}
@@ -583,6 +591,22 @@ def names(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def homa_options_of(pairs: list[str]) -> dict[str, Any]:
+    """``--homa-option`` values as ``homa.open`` keyword arguments: integers and
+    ``true``/``false`` parsed, anything else a string."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--homa-option {pair!r}: expected KEY=VALUE")
+        flags = {"true": True, "false": False}
+        if value.lstrip("-").isdigit():
+            options[key] = int(value)
+        else:
+            options[key] = flags.get(value, value)
+    return options
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m homa.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -598,6 +622,9 @@ def main() -> None:
                         help="time per contender, row and round (default 0.5)")  # fmt: skip
     parser.add_argument("--in-process", action="store_true", help="servers on the client's loop")
     parser.add_argument("--uvloop", action="store_true", help="use uvloop")
+    parser.add_argument("--homa-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a homa.open option for every homa socket, both ends, e.g. "
+                             "max_active_per_peer=8 (repeatable)")  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results there")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -606,8 +633,13 @@ def main() -> None:
         import uvloop
 
         uvloop.install()
+    try:
+        homa_options_of(args.homa_option)
+    except ValueError as e:
+        parser.error(str(e))
     if args.serve:
-        asyncio.run(serve_forever("127.0.0.1", args.contender, args.workload))
+        options = homa_options_of(args.homa_option)
+        asyncio.run(serve_forever("127.0.0.1", args.contender, args.workload, options))
         return
     skipped = {}
     for name in args.contender:
