@@ -3,6 +3,7 @@
 use conformance::scenarios::{SCENARIOS_JSON, SCENARIOS_SCHEMA_JSON};
 use conformance::vectors::{WIRE_JSON, WIRE_SCHEMA_JSON};
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 fn validator() -> jsonschema::Validator {
     let schema: Value = serde_json::from_str(WIRE_SCHEMA_JSON).expect("schema is JSON");
@@ -69,6 +70,17 @@ fn scenario_vectors_match_their_schema() {
     let doc: Value = serde_json::from_str(SCENARIOS_JSON).expect("scenarios.json is JSON");
     let problems = errors(&scenario_validator(), &doc);
     assert!(problems.is_empty(), "scenarios.json breaks its schema:\n{}", problems.join("\n"));
+}
+
+/// A case may set any `Config` field and nothing else: the schema lists exactly the core's
+/// fields, so a new field cannot be left out of the vectors' reach.
+#[test]
+fn scenario_schema_lists_every_config_field() {
+    let schema: Value = serde_json::from_str(SCENARIOS_SCHEMA_JSON).expect("schema is JSON");
+    let listed = schema["$defs"]["config"]["properties"].as_object().expect("config properties");
+    let listed: BTreeSet<&str> = listed.keys().map(String::as_str).collect();
+    let fields: BTreeSet<&str> = homa_core::config::FIELDS.iter().map(|f| f.name).collect();
+    assert_eq!(listed, fields);
 }
 
 /// The scenario schema rejects the mistakes a hand-edited case is likely to have.
