@@ -62,7 +62,8 @@ impl Setup {
             window: pick(&[0, 5_000, 50_000], self.window),
             max_incoming: pick(&[400_000, 10_000, 100_000], self.max_incoming),
             max_overcommit: pick(&[8, 1, 2, 3], self.max_overcommit),
-            // (The same byte's higher digits: seeds keep their meaning.)
+            // (The same byte's higher digits: no input field moves and seeds still parse;
+            // a seed with a small byte there now runs at the default, 1.)
             max_active_per_peer: pick(&[1, 8, 2], self.max_overcommit / 4),
             num_priorities: pick(&[8, 1, 2, 4], self.num_priorities),
             grant_fifo_fraction: pick(&[50, 0, 500], self.grant_fifo_fraction),

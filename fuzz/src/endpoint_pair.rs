@@ -74,7 +74,8 @@ impl Setup {
             unsched_bytes: pick(&[40_000, 1424, 5_000, 100_000], self.unsched_bytes),
             window: pick(&[0, 10_000, 100_000], self.window),
             max_overcommit: pick(&[8, 1, 2], self.max_overcommit),
-            // (The same byte's higher digits: seeds keep their meaning.)
+            // (The same byte's higher digits: no input field moves and seeds still parse;
+            // a seed with a small byte there now runs at the default, 1.)
             max_active_per_peer: pick(&[1, 8, 2], self.max_overcommit / 3),
             num_priorities: pick(&[8, 1, 3], self.num_priorities),
             resend_ticks: timers.0,
