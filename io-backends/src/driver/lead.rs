@@ -135,7 +135,12 @@ impl Shared {
                 let found;
                 (inner, found) =
                     if in_ring { self.spin_in_ring(inner, &done) } else { (inner, false) };
-                if !found {
+                // The spin released the lock: whoever completed the wait meanwhile kicked
+                // a leader that was not yet blocking, which the waiter does not see. Look
+                // again under the lock before sleeping.
+                let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
+                let over = in_ring && (inner.is_closed() || done(&inner) || expired);
+                if !found && !over {
                     inner = self.wait_in_waiter(inner, until);
                     continue;
                 }
