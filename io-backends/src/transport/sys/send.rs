@@ -168,9 +168,9 @@ fn send_some(
     let (mut i, mut retried) = (0, false);
     while i < n {
         // SAFETY: hdrs[i..n] point to live names, iovecs (into `batch`, its tails and the
-        // stage, which is not touched again in this call) and control buffers set up above; the kernel only reads them. One message goes
-        // with sendmsg (or sendto, in one piece without control data), which cost the
-        // kernel less than a batch of one.
+        // stage, which is not touched again in this call) and control buffers set up
+        // above; the kernel only reads them. One message goes with sendmsg (or sendto, in
+        // one piece without control data), which cost the kernel less than a batch of one.
         let sent = unsafe {
             if n - i == 1 {
                 let h = &s.hdrs[i].msg_hdr;
