@@ -157,7 +157,7 @@ impl Grants {
                     a.remaining = e.remaining;
                 }
                 self.try_send(cx, slot, true);
-                if self.active[slot].is_some_and(|a| a.remaining <= self.handoff_bytes) {
+                if self.active[slot].is_some_and(|a| !self.counts_for_peer(&a)) {
                     self.fill_free_slots(cx);
                 }
             }
@@ -247,7 +247,7 @@ impl Grants {
     /// peer is at `max_active_per_peer` and `cand` does not outrank that peer's lowest.
     fn find_victim(&self, cx: &GrantCx<'_>, cand: &Entry) -> Option<usize> {
         let (holding, lowest) = self.holding(cand.peer);
-        if holding >= self.per_peer && cand.remaining > self.handoff_bytes {
+        if holding >= self.per_peer && self.counts_for_peer(cand) {
             // Its peer holds all the slots it may, and it would count too: it can only take
             // the place of that peer's lowest-ranked message.
             return lowest.filter(|(_, a)| outranks(cand.rank(), a.rank())).map(|(slot, _)| slot);
@@ -292,7 +292,7 @@ impl Grants {
         let mut best: Option<(usize, u8)> = None;
         for (i, e) in self.waiting.iter().enumerate() {
             let active = cx.peers.get(e.peer).active_grants;
-            let may = e.remaining <= self.handoff_bytes || !at_limit.contains(&Some(e.peer));
+            let may = !self.counts_for_peer(e) || !at_limit.contains(&Some(e.peer));
             if best.is_none_or(|(_, a)| active < a) && may {
                 best = Some((i, active));
                 if active == 0 {
@@ -307,14 +307,19 @@ impl Grants {
         true
     }
 
-    /// The active messages of `peer` that count against `max_active_per_peer`, those with
-    /// more than a round trip's worth still to receive: how many, and the lowest-ranked one
-    /// with its slot.
+    /// Whether `e` counts against its peer's `max_active_per_peer`: not once it is within its
+    /// last round trip, when it hands the turn on.
+    fn counts_for_peer(&self, e: &Entry) -> bool {
+        e.remaining > self.handoff_bytes
+    }
+
+    /// The active messages of `peer` that count against `max_active_per_peer`: how many,
+    /// and the lowest-ranked one with its slot.
     fn holding(&self, peer: PeerId) -> (u8, Option<(usize, Entry)>) {
         let (mut n, mut lowest) = (0, None::<(usize, Entry)>);
         for (slot, a) in self.active[..self.slots].iter().enumerate() {
             let Some(a) = *a else { continue };
-            if a.peer != peer || a.remaining <= self.handoff_bytes {
+            if a.peer != peer || !self.counts_for_peer(&a) {
                 continue;
             }
             n += 1;
