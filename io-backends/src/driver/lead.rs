@@ -110,10 +110,14 @@ impl Shared {
         done: impl Fn(&Inner) -> bool,
         then: impl FnOnce(&mut Inner) -> R,
     ) -> R {
+        let over = |inner: &Inner| {
+            inner.is_closed()
+                || done(inner)
+                || until.is_some_and(|u| std::time::Instant::now() >= u)
+        };
         self.start_leading(&mut inner); // this thread receives now
         loop {
-            let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
-            if inner.is_closed() || done(&inner) || expired {
+            if over(&inner) {
                 if let Some(lead) = inner.receiver.lead_mut() {
                     lead.until = None;
                 }
@@ -135,12 +139,11 @@ impl Shared {
                 let found;
                 (inner, found) =
                     if in_ring { self.spin_in_ring(inner, &done) } else { (inner, false) };
-                // The spin released the lock: whoever completed the wait meanwhile kicked
-                // a leader that was not yet blocking, which the waiter does not see. Look
-                // again under the lock before sleeping.
-                let expired = until.is_some_and(|u| std::time::Instant::now() >= u);
-                let over = in_ring && (inner.is_closed() || done(&inner) || expired);
-                if !found && !over {
+                // The spin released the lock: whoever ended the wait meanwhile kicked a
+                // leader that was not yet blocking, through the eventfd the waiter does not
+                // see. Look again before sleeping: `blocking` is set under this same hold,
+                // so later completions wake the leader through the waiter.
+                if !found && !over(&inner) {
                     inner = self.wait_in_waiter(inner, until);
                     continue;
                 }
