@@ -591,19 +591,22 @@ def names(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
     return parse
 
 
+def homa_option(pair: str) -> str:
+    """One ``--homa-option``, checked for its form (kept as written, for the server process)."""
+    key, sep, _ = pair.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{pair!r}: expected KEY=VALUE")
+    return pair
+
+
 def homa_options_of(pairs: list[str]) -> dict[str, Any]:
     """``--homa-option`` values as ``homa.open`` keyword arguments: integers and
     ``true``/``false`` parsed, anything else a string."""
+    flags = {"true": True, "false": False}
     options: dict[str, Any] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--homa-option {pair!r}: expected KEY=VALUE")
-        flags = {"true": True, "false": False}
-        if value.lstrip("-").isdigit():
-            options[key] = int(value)
-        else:
-            options[key] = flags.get(value, value)
+        key, _, value = pair.partition("=")
+        options[key] = int(value) if value.lstrip("-").isdigit() else flags.get(value, value)
     return options
 
 
@@ -622,8 +625,8 @@ def main() -> None:
                         help="time per contender, row and round (default 0.5)")  # fmt: skip
     parser.add_argument("--in-process", action="store_true", help="servers on the client's loop")
     parser.add_argument("--uvloop", action="store_true", help="use uvloop")
-    parser.add_argument("--homa-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a homa.open option for every homa socket, both ends, e.g. "
+    parser.add_argument("--homa-option", action="append", default=[], type=homa_option,
+                        metavar="KEY=VALUE", help="a homa.open option for every homa socket, both ends, e.g. "
                              "max_active_per_peer=8 (repeatable)")  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results there")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -633,10 +636,6 @@ def main() -> None:
         import uvloop
 
         uvloop.install()
-    try:
-        homa_options_of(args.homa_option)
-    except ValueError as e:
-        parser.error(str(e))
     if args.serve:
         options = homa_options_of(args.homa_option)
         asyncio.run(serve_forever("127.0.0.1", args.contender, args.workload, options))
