@@ -134,24 +134,33 @@ impl AsRef<[u8]> for Zeros {
     }
 }
 
-/// Payloads of zeros by length, shared: a message costs a reference count, not an allocation.
+/// Payloads of zeros, one per workload size, shared: a message costs a reference count, not
+/// an allocation or a lookup.
 struct ZeroPayloads {
-    /// As long as the longest message; allocated zeroed, so pages never written cost no memory.
-    all: Arc<Vec<u8>>,
-    by_len: HashMap<u64, Arc<Zeros>, foldhash::fast::FixedState>,
+    sizes: Vec<u64>,
+    by_size: Vec<Arc<Zeros>>,
 }
 
 impl ZeroPayloads {
-    fn new(longest: u64) -> ZeroPayloads {
-        ZeroPayloads { all: Arc::new(vec![0; longest as usize]), by_len: HashMap::default() }
+    fn new(sizes: &[u64]) -> ZeroPayloads {
+        // One buffer as long as the longest message, allocated zeroed, so pages never
+        // written cost no memory.
+        let all = Arc::new(vec![0; sizes.last().copied().unwrap_or(0) as usize]);
+        let by_size = sizes
+            .iter()
+            .map(|&len| Arc::new(Zeros { all: all.clone(), len: len as usize }))
+            .collect();
+        ZeroPayloads { sizes: sizes.to_vec(), by_size }
     }
 
-    fn get(&mut self, len: u64) -> Payload {
-        let zeros = self
-            .by_len
-            .entry(len)
-            .or_insert_with(|| Arc::new(Zeros { all: self.all.clone(), len: len as usize }));
-        Payload::shared(zeros.clone())
+    /// Zeros as long as the workload's size `size_index`.
+    fn get(&self, size_index: usize) -> Payload {
+        Payload::shared(self.by_size[size_index].clone())
+    }
+
+    /// Zeros as long as a message of the workload (a request, answered in kind).
+    fn of_len(&self, len: u64) -> Option<Payload> {
+        self.sizes.binary_search(&len).ok().map(|i| self.get(i))
     }
 }
 
@@ -273,7 +282,8 @@ impl App for Driver {
                 match self.mode {
                     Mode::Rpc => {
                         self.delivered_bytes += len; // requests count as delivered too
-                        if ep.send_response(at, rpc, self.zeros.get(len)).is_err() {
+                        let sent = self.zeros.of_len(len).map(|z| ep.send_response(at, rpc, z));
+                        if !matches!(sent, Some(Ok(()))) {
                             self.send_errors += 1;
                         }
                     }
@@ -353,7 +363,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
         free: Vec::new(),
         by_rpc: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(cfg.seed)),
         pending: Vec::new(),
-        zeros: ZeroPayloads::new(longest),
+        zeros: ZeroPayloads::new(w.sizes()),
         stats: Stats::new(w, &bounds),
         ideal_local,
         ideal_remote,
@@ -479,7 +489,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
             arrivals.push(msg);
         }
         let i = driver.insert(msg);
-        let (payload, port) = (driver.zeros.get(w.sizes()[size_index]), driver.client_port);
+        let (payload, port) = (driver.zeros.get(size_index), driver.client_port);
         let result =
             net.with_endpoint(src, &mut driver, |now, ep| send(now, ep, port, dst, payload, i));
         driver.sent(i, src, result);
