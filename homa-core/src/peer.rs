@@ -5,52 +5,59 @@ use core::net::SocketAddr;
 
 use alloc::vec::Vec;
 
+use core::hash::BuildHasher;
+
 use crate::time::Nanos;
 use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
-use hashbrown::HashMap;
+use hashbrown::HashTable;
 
 use crate::rpc::{AddrKey, Hasher};
 
 /// Index of a peer in the [`PeerTable`].
 pub(crate) type PeerId = u32;
 
-/// The fields most packets read or write come first and share one cache line (the acks
-/// follow; they are read only when some wait): with many peers (a simulation holds 143 per
-/// host) the table is seldom cached, and each line costs a miss.
+/// A lookup by address reads the first cache line (the address and the counters it
+/// updates); a DATA packet's level, the second (the cutoffs). The acks follow; they are read
+/// only when some wait. With many peers (a simulation holds 143 per host) the table is seldom
+/// cached, and each line costs a miss.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Peer {
+    /// The peer's address, as the index compares it.
+    key: AddrKey,
+    /// Last time the peer was used, to choose whom to forget when the table is full.
+    pub(crate) last_used: Nanos,
     /// RPCs (client and server) using this peer; it can be forgotten when 0.
     pub(crate) rpcs: u32,
     /// Server RPCs this peer opened on us (bounded by `max_rpcs_per_peer`).
     pub(crate) server_rpcs: u32,
-    /// Last time the peer was used, to choose whom to forget when the table is full.
-    pub(crate) last_used: Nanos,
-    /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
-    pub(crate) cutoffs: [u32; MAX_PRIORITIES as usize],
-    /// Version of those cutoffs, echoed in DATA to the peer (0 until a CUTOFFS arrives).
+    /// Version of `cutoffs`, echoed in DATA to the peer (0 until a CUTOFFS arrives).
     pub(crate) cutoff_version: u16,
     /// Incoming messages from this peer in the grant scheduler's active set.
     pub(crate) active_grants: u8,
     num_acks: u8,
-    /// Client RPCs finished but not yet acknowledged to this (server) peer.
-    acks: [Ack; MAX_ACKS],
     /// Tick in which we last sent the peer our CUTOFFS (rate limit: one per tick).
     pub(crate) cutoffs_sent_tick: Option<u64>,
-    pub(crate) addr: SocketAddr,
+    /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
+    pub(crate) cutoffs: [u32; MAX_PRIORITIES as usize],
+    /// Client RPCs finished but not yet acknowledged to this (server) peer.
+    acks: [Ack; MAX_ACKS],
 }
 
-const _: () = assert!(core::mem::offset_of!(Peer, acks) <= 64, "hot fields fit one line");
+const _: () = {
+    assert!(core::mem::offset_of!(Peer, cutoffs) == 64, "the lookup's fields fit one line");
+    assert!(core::mem::offset_of!(Peer, acks) <= 96, "the cutoffs fit the second line");
+};
 
 impl Peer {
-    fn new(addr: SocketAddr, now: Nanos) -> Peer {
+    fn new(key: AddrKey, now: Nanos) -> Peer {
         // Until the peer sends CUTOFFS, all unscheduled data goes one level below control
         // packets, as the module does (`homa_peer_alloc`).
         let mut cutoffs = [0; MAX_PRIORITIES as usize];
         cutoffs[MAX_PRIORITIES as usize - 2] = i32::MAX as u32;
         cutoffs[0] = i32::MAX as u32;
         Peer {
-            addr,
+            key,
             cutoffs,
             cutoff_version: 0,
             cutoffs_sent_tick: None,
@@ -108,7 +115,11 @@ pub(crate) struct PeerTable {
     /// `index` or held by RPCs are read, so no per-slot liveness check is needed).
     slots: Vec<Peer>,
     free: Vec<PeerId>,
-    index: HashMap<AddrKey, PeerId, Hasher>,
+    /// Ids by their peer's address. The addresses stay in the slots: an entry of four bytes
+    /// keeps the index of a host's peers in a few cache lines, and the slot a lookup
+    /// compares is the one it goes on to use.
+    index: HashTable<PeerId>,
+    hasher: Hasher,
     max: usize,
 }
 
@@ -117,7 +128,8 @@ impl PeerTable {
         PeerTable {
             slots: Vec::new(),
             free: Vec::new(),
-            index: HashMap::with_hasher(hasher),
+            index: HashTable::new(),
+            hasher,
             max: max as usize,
         }
     }
@@ -127,20 +139,26 @@ impl PeerTable {
     }
 
     pub(crate) fn find(&self, addr: SocketAddr) -> Option<PeerId> {
-        self.index.get(&AddrKey::from(addr)).copied()
+        self.lookup(AddrKey::from(addr))
+    }
+
+    fn lookup(&self, key: AddrKey) -> Option<PeerId> {
+        let slots = &self.slots;
+        self.index.find(self.hasher.hash_one(key), |&id| slots[id as usize].key == key).copied()
     }
 
     /// The peer for `addr`, created if needed. When the table is full, an idle peer (no RPCs;
     /// see `evict_idle`) is forgotten to make room; if none is idle, `None`.
     pub(crate) fn get_or_insert(&mut self, addr: SocketAddr, now: Nanos) -> Option<PeerId> {
-        if let Some(&id) = self.index.get(&AddrKey::from(addr)) {
+        let key = AddrKey::from(addr);
+        if let Some(id) = self.lookup(key) {
             self.slots[id as usize].last_used = now;
             return Some(id);
         }
         if self.index.len() >= self.max {
             self.evict_idle()?;
         }
-        let peer = Peer::new(addr, now);
+        let peer = Peer::new(key, now);
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = peer;
@@ -151,7 +169,10 @@ impl PeerTable {
                 (self.slots.len() - 1) as PeerId
             }
         };
-        self.index.insert(AddrKey::from(addr), id);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index.insert_unique(hasher.hash_one(key), id, |&i| {
+            hasher.hash_one(slots[i as usize].key)
+        });
         Some(id)
     }
 
@@ -161,14 +182,15 @@ impl PeerTable {
     /// costs little: a server asks with NEED_ACK, and our answer for an RPC we no longer
     /// know acknowledges it, or the server times it out.
     fn evict_idle(&mut self) -> Option<()> {
-        let (id, addr) = self
+        let (id, key) = self
             .index
-            .values()
+            .iter()
             .map(|&id| (id, &self.slots[id as usize]))
             .filter(|(_, p)| p.rpcs == 0)
             .min_by_key(|&(id, p)| (p.num_acks > 0, p.last_used, id))
-            .map(|(id, p)| (id, p.addr))?;
-        self.index.remove(&AddrKey::from(addr));
+            .map(|(id, p)| (id, p.key))?;
+        let entry = self.index.find_entry(self.hasher.hash_one(key), |&i| i == id);
+        entry.ok()?.remove();
         self.free.push(id);
         Some(())
     }
@@ -188,8 +210,8 @@ impl PeerTable {
     /// peer was forgotten while its slot is unused, not one whose slot went to a new peer.
     fn debug_check(&self, id: PeerId) {
         debug_assert_eq!(
-            self.index.get(&AddrKey::from(self.slots[id as usize].addr)),
-            Some(&id),
+            self.lookup(self.slots[id as usize].key),
+            Some(id),
             "peer {id} was forgotten"
         );
     }
@@ -205,7 +227,7 @@ mod tests {
 
     #[test]
     fn unscheduled_priority_defaults_and_cutoffs() {
-        let mut p = Peer::new(addr(1), 0);
+        let mut p = Peer::new(AddrKey::from(addr(1)), 0);
         assert_eq!(p.unsched_priority(100, 8), 6);
         assert_eq!(p.unsched_priority(1_000_000, 8), 6);
         assert_eq!(p.unsched_priority(100, 4), 0);
@@ -224,7 +246,7 @@ mod tests {
 
     #[test]
     fn sixth_ack_flushes_five() {
-        let mut p = Peer::new(addr(1), 0);
+        let mut p = Peer::new(AddrKey::from(addr(1)), 0);
         for i in 1..=5 {
             assert_eq!(p.add_ack(Ack { client_id: 2 * i, server_port: 1 }), None);
         }

@@ -15,7 +15,10 @@ pub(crate) struct RpcRef {
     generation: u32,
 }
 
+/// Aligned, with the generation first: a lookup's check and the RPC's first fields share a
+/// cache line.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Slot {
     generation: u32,
     rpc: Option<Rpc>,
