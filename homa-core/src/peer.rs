@@ -170,9 +170,8 @@ impl PeerTable {
             }
         };
         let (slots, hasher) = (&self.slots, &self.hasher);
-        self.index.insert_unique(hasher.hash_one(key), id, |&i| {
-            hasher.hash_one(slots[i as usize].key)
-        });
+        self.index
+            .insert_unique(hasher.hash_one(key), id, |&i| hasher.hash_one(slots[i as usize].key));
         Some(id)
     }
 
