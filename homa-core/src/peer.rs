@@ -1,11 +1,10 @@
 //! What an endpoint remembers about each host it talks to: the unscheduled cutoffs that host
 //! asked for, acks waiting to be sent to it, and counters used by the grant scheduler.
 
+use core::hash::BuildHasher;
 use core::net::SocketAddr;
 
 use alloc::vec::Vec;
-
-use core::hash::BuildHasher;
 
 use crate::time::Nanos;
 use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};

@@ -34,8 +34,8 @@ pub(crate) struct RpcTable {
 
 /// A socket address reduced to plain integers: hashes several times faster than
 /// `SocketAddr`, whose `Hash` walks its enum and fields. Two `u64`s rather than a `u128`,
-/// whose 16-byte alignment would make the key 32 bytes instead of 24 (a peer-index entry 48
-/// instead of 32, a server-table entry 64 instead of 40). The IPv6 scope tells apart
+/// whose 16-byte alignment would make the key 32 bytes instead of 24 (a server-table entry 64
+/// instead of 40, and the peer's first cache line too full). The IPv6 scope tells apart
 /// link-local neighbours with one address on different interfaces (it fits the padding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct AddrKey {
