@@ -134,10 +134,9 @@ impl AsRef<[u8]> for Zeros {
     }
 }
 
-/// Payloads of zeros, one per workload size, shared: a message costs a reference count, not
-/// an allocation or a lookup.
+/// Payloads of zeros, one per workload size (ascending, as the workload lists them),
+/// shared: a message costs a reference count, not an allocation or a lookup.
 struct ZeroPayloads {
-    sizes: Vec<u64>,
     by_size: Vec<Arc<Zeros>>,
 }
 
@@ -150,7 +149,7 @@ impl ZeroPayloads {
             .iter()
             .map(|&len| Arc::new(Zeros { all: all.clone(), len: len as usize }))
             .collect();
-        ZeroPayloads { sizes: sizes.to_vec(), by_size }
+        ZeroPayloads { by_size }
     }
 
     /// Zeros as long as the workload's size `size_index`.
@@ -160,7 +159,8 @@ impl ZeroPayloads {
 
     /// Zeros as long as a message of the workload (a request, answered in kind).
     fn of_len(&self, len: u64) -> Option<Payload> {
-        self.sizes.binary_search(&len).ok().map(|i| self.get(i))
+        let i = self.by_size.binary_search_by_key(&len, |z| z.len as u64).ok()?;
+        Some(self.get(i))
     }
 }
 

@@ -24,6 +24,11 @@ struct Slot {
     rpc: Option<Rpc>,
 }
 
+const _: () = assert!(
+    8 + core::mem::offset_of!(Rpc, addr) <= 64,
+    "the generation and the RPC's fields before `addr` fit one line"
+);
+
 #[derive(Debug)]
 pub(crate) struct RpcTable {
     slots: Vec<Slot>,
