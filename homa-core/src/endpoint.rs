@@ -972,6 +972,7 @@ impl Endpoint {
         let t = &mut x.timer;
         t.silent_since = tick;
         t.asked = 0;
+        t.restarted = false;
         t.held_level = level;
         t.held_at = self.downlink.held(tick, level);
     }
@@ -1339,6 +1340,18 @@ impl Endpoint {
             self.tx.resends.push_back(r);
         }
         self.metrics.restarts += 1;
+        // The server is alive and gets the request again, but the silence began before it
+        // could answer: a user-space server may have been stalled for most of it (the
+        // module's kernel code never is), which would leave the resent request only what
+        // remains of `timeout_ticks`. So the silence starts over (the module's does not),
+        // once: a server that keeps forgetting the request, and says nothing else, must
+        // still time out.
+        if !x.timer.restarted {
+            self.reset_silence(r);
+            if let Some(x) = self.rpcs.get_mut(r) {
+                x.timer.restarted = true;
+            }
+        }
         self.refresh_worry(r);
     }
 

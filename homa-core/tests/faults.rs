@@ -122,14 +122,49 @@ fn a_server_that_keeps_discarding_a_request_times_it_out() {
     let Star { mut net, hosts, ports, .. } = star(2, config.clone(), 10, 7);
     let mut app = Discarding(Echo::default());
     let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(100, 1));
-    // Each RESEND finds the RPC gone (RPC_UNKNOWN) and the client restarts it. As for the
-    // module, only DATA, GRANT and BUSY end a silence: RPC_UNKNOWN says nothing of progress.
+    // Each RESEND finds the RPC gone (RPC_UNKNOWN) and the client restarts it. The first
+    // restart starts the silence over; later ones, with no DATA, GRANT or BUSY between, say
+    // nothing of progress, and the client times out a full silence after the first.
     settle(&mut net, &mut app, 1000);
     assert_eq!(app.0.failures, vec![(hosts[1], id, FailReason::Timeout)]);
     let client = net.endpoint(hosts[1]).metrics();
     let asked = (config.timeout_ticks - config.resend_ticks) / config.resend_interval;
-    assert_eq!(client.restarts, u64::from(asked), "one restart per RESEND");
+    assert_eq!(client.restarts, 1 + u64::from(asked), "one restart per RESEND");
     assert_eq!(net.endpoint(hosts[0]).metrics().requests_received, 1 + client.restarts);
+    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
+}
+
+/// A request lost while its server was stalled: the server's RPC_UNKNOWN comes late in the
+/// client's silence, and the answer to the resent request later still. The restart starts
+/// the silence over, so the RPC completes instead of timing out 100 ticks after the loss
+/// (as RPCs of a starved client and server did in `homa-cli/tests/loss.rs`).
+#[test]
+fn a_restart_late_in_a_silence_gets_a_full_timeout() {
+    let config = Config::default();
+    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 8);
+    let (server_down, client_down) = (links[0].1, links[1].1);
+    let tick = config.tick();
+    let mut app = Echo::default();
+    net.link_mut(server_down).faults.loss = 1.0; // the request and RESENDs are lost
+    let msg = pattern(300, 3);
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], msg.clone());
+    let start = net.now();
+    net.run_until(start + u64::from(config.timeout_ticks - 8) * tick, &mut app);
+    net.link_mut(server_down).faults.loss = 0.0; // the next RESEND draws RPC_UNKNOWN
+    while net.endpoint(hosts[1]).metrics().restarts == 0 {
+        net.step(&mut app);
+    }
+    // The server answers the resent request, but nothing reaches the client past the tick
+    // at which the first silence would have ended.
+    net.link_mut(client_down).faults.loss = 1.0;
+    net.run_until(start + u64::from(config.timeout_ticks + 20) * tick, &mut app);
+    net.link_mut(client_down).faults.loss = 0.0;
+    settle(&mut net, &mut app, 1000);
+    assert_eq!(app.failures, vec![]);
+    assert!(app.responses.get(&(hosts[1], id)) == Some(&msg));
+    assert_eq!(net.endpoint(hosts[1]).metrics().restarts, 1);
+    assert_eq!(net.endpoint(hosts[0]).metrics().requests_received, 1);
+    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
     assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
 }
 

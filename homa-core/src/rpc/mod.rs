@@ -72,6 +72,9 @@ pub(crate) struct TimerState {
     pub(crate) held_at: u64,
     /// The RPC is owed data and counts silent ticks.
     pub(crate) worried: bool,
+    /// A restart (RPC_UNKNOWN) ended the current silence; another, with no DATA, GRANT or
+    /// BUSY heard since, does not.
+    pub(crate) restarted: bool,
     /// The tick of the wake-up queued in the timer queue, if any.
     pub(crate) armed_tick: Option<u64>,
     /// Server: first tick after the response was fully sent (for NEED_ACK).
