@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use homa_core::testnet::{App, Faults, NodeId, Rng};
+use homa_core::testnet::{App, Faults, Network, NodeId, Rng};
 use homa_core::{Config, Endpoint, Event, FailReason, Instant};
 
 /// `count` RPCs of mixed sizes through a network that loses `loss` of all packets end to end
@@ -123,49 +123,60 @@ fn a_server_that_keeps_discarding_a_request_times_it_out() {
     let mut app = Discarding(Echo::default());
     let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(100, 1));
     // Each RESEND finds the RPC gone (RPC_UNKNOWN) and the client restarts it. The first
-    // restart starts the silence over; later ones, with no DATA, GRANT or BUSY between, say
-    // nothing of progress, and the client times out a full silence after the first.
+    // three restarts each start the silence over (the resent request may have been lost);
+    // later ones, with no DATA, GRANT or BUSY between, say nothing of progress, and the
+    // client times out a full silence after the third.
     settle(&mut net, &mut app, 1000);
     assert_eq!(app.0.failures, vec![(hosts[1], id, FailReason::Timeout)]);
     let client = net.endpoint(hosts[1]).metrics();
     let asked = (config.timeout_ticks - config.resend_ticks) / config.resend_interval;
-    assert_eq!(client.restarts, 1 + u64::from(asked), "one restart per RESEND");
+    assert_eq!(client.restarts, 3 + u64::from(asked), "one restart per RESEND");
     assert_eq!(net.endpoint(hosts[0]).metrics().requests_received, 1 + client.restarts);
     assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
 }
 
-/// A request lost while its server was stalled: the server's RPC_UNKNOWN comes late in the
-/// client's silence, and the answer to the resent request later still. The restart starts
-/// the silence over, so the RPC completes instead of timing out 100 ticks after the loss
-/// (as RPCs of a starved client and server did in `homa-cli/tests/loss.rs`).
+/// Requests lost while their server was stalled: its RPC_UNKNOWN comes late in the client's
+/// silence, the resent request is lost too, the next RPC_UNKNOWN comes late in the new
+/// silence, and the answer to the request resent then later still. Each restart starts the
+/// silence over, so the RPC completes instead of timing out (as RPCs of a starved client and
+/// server did in `homa-cli/tests/loss.rs`).
 #[test]
-fn a_restart_late_in_a_silence_gets_a_full_timeout() {
+fn restarts_late_in_a_silence_each_start_it_over() {
     let config = Config::default();
     let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 8);
     let (server_down, client_down) = (links[0].1, links[1].1);
-    let tick = config.tick();
+    let (client, server) = (hosts[1], hosts[0]);
+    let ticks = |n: u32| u64::from(n) * config.tick();
+    let timeout = config.timeout_ticks;
     let mut app = Echo::default();
-    net.link_mut(server_down).faults.loss = 1.0; // the request and RESENDs are lost
     let msg = pattern(300, 3);
-    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], msg.clone());
+    net.link_mut(server_down).faults.loss = 1.0; // the request and the RESENDs are lost
+    let id = call(&mut net, &mut app, client, ports[1], server, msg.clone());
     let start = net.now();
-    net.run_until(start + u64::from(config.timeout_ticks - 8) * tick, &mut app);
-    net.link_mut(server_down).faults.loss = 0.0; // the next RESEND draws RPC_UNKNOWN
-    while net.endpoint(hosts[1]).metrics().restarts == 0 {
-        net.step(&mut app);
-    }
-    // The server answers the resent request, but nothing reaches the client past the tick
-    // at which the first silence would have ended.
+    let restart = |net: &mut Network, app: &mut Echo, n: u64| {
+        net.link_mut(server_down).faults.loss = 0.0; // the next RESEND draws RPC_UNKNOWN
+        while net.endpoint(client).metrics().restarts < n {
+            assert_eq!(app.failures, vec![], "failed before restart {n}");
+            net.step(app);
+        }
+    };
+    net.run_until(start + ticks(timeout - 8), &mut app);
+    restart(&mut net, &mut app, 1);
+    net.link_mut(server_down).faults.loss = 1.0; // the resent request is lost too
+    net.run_until(start + ticks(timeout + 80), &mut app);
+    restart(&mut net, &mut app, 2);
+    // The server answers, but nothing reaches the client until past the end of the
+    // silence that the first restart began.
     net.link_mut(client_down).faults.loss = 1.0;
-    net.run_until(start + u64::from(config.timeout_ticks + 20) * tick, &mut app);
+    net.run_until(start + ticks(2 * timeout + 20), &mut app);
     net.link_mut(client_down).faults.loss = 0.0;
     settle(&mut net, &mut app, 1000);
     assert_eq!(app.failures, vec![]);
-    assert!(app.responses.get(&(hosts[1], id)) == Some(&msg));
-    assert_eq!(net.endpoint(hosts[1]).metrics().restarts, 1);
-    assert_eq!(net.endpoint(hosts[0]).metrics().requests_received, 1);
-    assert_eq!(net.endpoint(hosts[0]).rpc_count(), 0);
-    assert_eq!(net.endpoint(hosts[1]).rpc_count(), 0);
+    assert!(app.responses.get(&(client, id)) == Some(&msg));
+    assert_eq!(net.endpoint(client).metrics().restarts, 2);
+    assert_eq!(net.endpoint(server).metrics().requests_received, 1);
+    assert_eq!(net.endpoint(server).rpc_count(), 0);
+    assert_eq!(net.endpoint(client).rpc_count(), 0);
 }
 
 #[test]

@@ -72,9 +72,9 @@ pub(crate) struct TimerState {
     pub(crate) held_at: u64,
     /// The RPC is owed data and counts silent ticks.
     pub(crate) worried: bool,
-    /// A restart (RPC_UNKNOWN) ended the current silence; another, with no DATA, GRANT or
-    /// BUSY heard since, does not.
-    pub(crate) restarted: bool,
+    /// Restarts (RPC_UNKNOWN) since the last DATA, GRANT or BUSY; the first
+    /// `RESTARTS_THAT_END_SILENCE` of them each start the silence over.
+    pub(crate) restarts: u8,
     /// The tick of the wake-up queued in the timer queue, if any.
     pub(crate) armed_tick: Option<u64>,
     /// Server: first tick after the response was fully sent (for NEED_ACK).
