@@ -18,6 +18,14 @@
 //! [`Receiver`] says who receives; its transitions say when the driver thread's epoll set
 //! changes.
 //!
+//! An event loop that drives the socket ([`Poller`](crate::Poller)) may be busy for
+//! seconds with the application's work. The driver thread then waits, one-shot, for the
+//! next datagram to arrive; if the loop has not driven a tick later and datagrams still
+//! wait, it receives for the loop (answering RESENDs with BUSY, granting, acknowledging,
+//! buffering requests and responses) until the loop drives again ([`state::Stall`]).
+//! Protocol progress never waits for the application's thread, as the Linux module's
+//! softirq handling never does.
+//!
 //! The parts: [`state`] (who receives), [`receive`] and [`transmit`] (the driving rule),
 //! [`timer`] (the alarm), [`calls`] (what API threads wait for).
 
@@ -74,6 +82,9 @@ pub(crate) struct DriverCounters {
     pub(crate) receive_errors: u64,
     /// Send calls that failed as a whole (their datagrams were dropped).
     pub(crate) send_errors: u64,
+    /// Times the attached event loop left input waiting for a tick, and the driver thread
+    /// received for it until it drove again.
+    pub(crate) loop_stalls: u64,
 }
 
 /// Everything the lock protects.
@@ -106,6 +117,8 @@ pub(crate) struct Inner {
     warned_too_long: bool,
     /// Sends wait in the send batch until [`Shared::uncork`] (see `Poller::cork`).
     corked: bool,
+    /// Whether the transport is in the driver thread's epoll set.
+    in_epoll: bool,
 }
 
 /// What API threads and the driver thread share.
@@ -250,6 +263,7 @@ impl Shared {
             warnings: Vec::new(),
             warned_too_long: false,
             corked: false,
+            in_epoll: true,
             allow,
             now: 0,
             counters: DriverCounters::default(),
@@ -346,15 +360,16 @@ impl Shared {
 
     /// Applies a transition's effect on the driver thread's epoll set.
     fn apply(&self, inner: &mut Inner, watch: Watch) {
-        let on = match watch {
+        let events = match watch {
             Watch::Keep => return,
-            Watch::Start => true,
-            Watch::Stop => false,
+            Watch::Start => libc::EPOLLIN,
+            Watch::Once => libc::EPOLLIN | libc::EPOLLONESHOT,
+            Watch::Stop => 0,
         };
         if inner.is_closed() {
             return; // the descriptor is gone (its number may be another's now)
         }
-        if on {
+        if watch == Watch::Start {
             inner.waiter_in_use(false);
             if self.receives_on_poster {
                 signal(self.wake.as_raw_fd()); // to post its own receive
@@ -362,8 +377,14 @@ impl Shared {
         }
         // Removed from the epoll set, not just muted: a muted entry still sits on the
         // socket's wait queue and costs every arriving packet a callback.
-        let op = if on { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_DEL };
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: TOKEN_SOCKET };
+        let op = match (inner.in_epoll, watch) {
+            (true, Watch::Stop) => libc::EPOLL_CTL_DEL,
+            (false, Watch::Stop) => return,
+            (true, _) => libc::EPOLL_CTL_MOD,
+            (false, _) => libc::EPOLL_CTL_ADD,
+        };
+        inner.in_epoll = watch != Watch::Stop;
+        let mut ev = libc::epoll_event { events: events as u32, u64: TOKEN_SOCKET };
         // SAFETY: both descriptors are open; ev is a valid epoll_event.
         let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, self.readiness, &mut ev) };
         if rc < 0 {
@@ -409,7 +430,8 @@ impl Shared {
     /// number of datagrams received.
     pub(crate) fn drive(&self) -> usize {
         let mut inner = self.lock();
-        inner.receiver.loop_turn(this_thread());
+        let watch = inner.receiver.loop_turn(this_thread());
+        self.apply(&mut inner, watch);
         inner.receive_here();
         let now = inner.clock(self.now());
         // A leader blocked in the waiter's receive owns the socket until it returns.
@@ -569,6 +591,20 @@ impl Shared {
         drop(waiter);
     }
 
+    /// The event loop had a tick to drive since input arrived: if it did not and input
+    /// still waits, the driver thread receives for it until it drives again (see
+    /// [`state::Stall`]). What it completes meanwhile reaches the loop through the wakers,
+    /// and what it sends goes at once: a loop stalled mid-turn may have corked the socket.
+    fn check_loop(&self, inner: &mut Inner, now: Nanos) {
+        let waiting = inner.input_waiting();
+        let watch = inner.receiver.check(now, waiting);
+        self.apply(inner, watch);
+        if inner.receiver.rescuing() {
+            inner.counters.loop_stalls += 1;
+            inner.corked = false;
+        }
+    }
+
     /// The driver thread: wait for packets, deadlines or shutdown; handle them; repeat.
     fn run(self: Arc<Shared>) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
@@ -593,7 +629,7 @@ impl Shared {
             if n <= 0 {
                 continue; // EINTR
             }
-            let (mut fired, mut errored) = (false, false);
+            let (mut fired, mut errored, mut readable) = (false, false, false);
             for ev in &events[..n as usize] {
                 match ev.u64 {
                     TOKEN_TIMER => {
@@ -601,7 +637,10 @@ impl Shared {
                         fired = true;
                     }
                     TOKEN_WAKE => clear(self.wake.as_raw_fd()),
-                    _ => errored |= ev.events & libc::EPOLLERR as u32 != 0,
+                    _ => {
+                        errored |= ev.events & libc::EPOLLERR as u32 != 0;
+                        readable |= ev.events & libc::EPOLLIN as u32 != 0;
+                    }
                 }
             }
             let mut inner = self.lock();
@@ -616,6 +655,14 @@ impl Shared {
             if inner.receiver.grace().is_some_and(|g| g <= now) {
                 self.need_driver(&mut inner);
             }
+            if readable {
+                let by = now + inner.alarm.tick_ns;
+                let watch = inner.receiver.input_arrived(by);
+                self.apply(&mut inner, watch);
+            }
+            if inner.receiver.deadline().is_some_and(|d| d <= now) {
+                self.check_loop(&mut inner, now);
+            }
             if let Some(lead) = inner.receiver.lead_mut()
                 && lead.until.is_some_and(|u| u <= now)
             {
@@ -626,7 +673,9 @@ impl Shared {
             // socket queue must count before its RPC is judged silent. A leader blocked in
             // the waiter's receive takes it instead: this thread must not, or it could
             // swallow the datagram that wakes the leader.
-            if !inner.receiver.leader_blocking() {
+            if inner.receiver.loop_keeps_up() && !fired {
+                // An event loop's datagrams: it is woken for them too.
+            } else if !inner.receiver.leader_blocking() {
                 inner.receive(now);
             } else if fired && inner.input_waiting() {
                 // Datagrams wait and the leader is being woken for them: it runs the due

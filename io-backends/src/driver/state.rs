@@ -1,7 +1,11 @@
 //! Who receives from the transport: the driver thread, a leading thread, an event loop, or
 //! (for a grace period after a leader left) nobody. One value says it; every change of it
-//! goes through [`Receiver`]'s transitions, which return whether the driver thread must
-//! start or stop watching the transport, so the epoll set follows the state.
+//! goes through [`Receiver`]'s transitions, which return how the driver thread's epoll set
+//! must change ([`Watch`]), so the epoll set follows the state.
+//!
+//! While an event loop drives, the driver thread still keeps an eye on the transport
+//! ([`Stall`]): a loop busy for a tick with the application's work (a Python handler, a
+//! long synchronous JavaScript function) must not leave Homa's peers unanswered.
 
 use std::thread::ThreadId;
 
@@ -40,11 +44,27 @@ pub(crate) enum Receiver {
     /// loop then costs no epoll_ctl per call.
     Grace { until: Nanos },
     /// An event loop drives the socket through a [`Poller`](crate::Poller) from `thread`:
-    /// it watches the transport and receives; the driver thread only runs timers, and only
-    /// the loop's thread may lead.
-    Loop { thread: ThreadId, lead: Option<Lead> },
+    /// it watches the transport and receives; the driver thread runs timers and takes over
+    /// when the loop falls behind (`stall`); only the loop's thread may lead.
+    Loop { thread: ThreadId, lead: Option<Lead>, stall: Stall },
     /// Shut down: the transport is gone.
     Closed,
+}
+
+/// Whether the event loop keeps up with its input, as the driver thread sees it.
+///
+/// The driver thread waits for the first datagram that arrives (a one-shot watch, so a
+/// loop that keeps up costs it at most two wake-ups a tick, not one per datagram), then
+/// checks a tick later whether the loop has driven since. If it has not, and input waits,
+/// the driver thread receives as if no loop were attached, until the loop drives again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stall {
+    /// The driver thread waits (one-shot) for input.
+    Watching,
+    /// Input arrived: the loop should drive by `by`; `drove` once it has.
+    Checking { by: Nanos, drove: bool },
+    /// The loop fell behind: the driver thread receives until the loop drives again.
+    Rescuing,
 }
 
 /// What a transition asks of the driver thread's epoll set.
@@ -52,16 +72,45 @@ pub(crate) enum Receiver {
 pub(crate) enum Watch {
     /// Nothing changes.
     Keep,
-    /// The driver thread starts watching the transport.
+    /// The driver thread watches the transport (level-triggered).
     Start,
     /// The driver thread stops watching it.
     Stop,
+    /// The driver thread waits for the transport's next readiness, once.
+    Once,
+}
+
+/// How the driver thread's epoll set holds the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registration {
+    Off,
+    Level,
+    /// One-shot, armed.
+    Once,
+    /// One-shot, fired: the kernel disarmed it.
+    Spent,
 }
 
 impl Receiver {
-    /// Whether the driver thread watches the transport.
+    /// Whether the driver thread watches the transport and receives what arrives.
     pub(crate) fn driver_watches(self) -> bool {
-        matches!(self, Receiver::Driver { .. })
+        self.registration() == Registration::Level
+    }
+
+    fn registration(self) -> Registration {
+        match self {
+            Receiver::Driver { .. } | Receiver::Loop { stall: Stall::Rescuing, .. } => {
+                Registration::Level
+            }
+            Receiver::Loop { stall: Stall::Watching, .. } => Registration::Once,
+            Receiver::Loop { stall: Stall::Checking { .. }, .. } => Registration::Spent,
+            Receiver::Leading(_) | Receiver::Grace { .. } | Receiver::Closed => Registration::Off,
+        }
+    }
+
+    /// An event loop drives and keeps up: datagrams are its to receive.
+    pub(crate) fn loop_keeps_up(self) -> bool {
+        matches!(self, Receiver::Loop { stall: Stall::Watching | Stall::Checking { .. }, .. })
     }
 
     /// The leader, if a thread has claimed leadership.
@@ -94,17 +143,30 @@ impl Receiver {
         }
     }
 
+    /// When the driver thread must next look at the transport for itself: a grace period's
+    /// end, or the time by which an event loop must have driven.
+    pub(crate) fn deadline(self) -> Option<Nanos> {
+        match self {
+            Receiver::Grace { until } => Some(until),
+            Receiver::Loop { stall: Stall::Checking { by, .. }, .. } => Some(by),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_closed(self) -> bool {
         self == Receiver::Closed
     }
 
     fn change(&mut self, new: Receiver) -> Watch {
-        let (before, after) = (self.driver_watches(), new.driver_watches());
+        let (before, after) = (self.registration(), new.registration());
         *self = new;
         match (before, after) {
-            (false, true) => Watch::Start,
-            (true, false) => Watch::Stop,
-            _ => Watch::Keep,
+            (b, a) if b == a => Watch::Keep,
+            (_, Registration::Off) => Watch::Stop,
+            (_, Registration::Level) => Watch::Start,
+            (_, Registration::Once) => Watch::Once,
+            // Only a one-shot watch that fired is spent, by the kernel.
+            (_, Registration::Spent) => Watch::Keep,
         }
     }
 
@@ -119,8 +181,8 @@ impl Receiver {
             Receiver::Grace { until } => {
                 Receiver::Leading(Lead { grace: Some(until), ..Lead::default() })
             }
-            Receiver::Loop { thread, lead: None } if thread == me => {
-                Receiver::Loop { thread, lead: Some(Lead::default()) }
+            Receiver::Loop { thread, lead: None, stall } if thread == me => {
+                Receiver::Loop { thread, lead: Some(Lead::default()), stall }
             }
             _ => return false,
         };
@@ -130,13 +192,21 @@ impl Receiver {
 
     /// The claimer starts receiving itself (it waits now, or is about to send what it will
     /// wait for): the driver thread stops watching.
+    ///
+    /// The loop's own thread leading shows it is not stalled: a rescuing driver thread
+    /// stops receiving (it must not take what the leader waits for).
     pub(crate) fn start_leading(&mut self) -> Watch {
         let started = Lead { started: true, ..Lead::default() };
         match self {
             Receiver::Driver { claimed: true } => self.change(Receiver::Leading(started)),
-            Receiver::Leading(lead) | Receiver::Loop { lead: Some(lead), .. } => {
+            Receiver::Leading(lead) => {
                 lead.started = true;
                 Watch::Keep
+            }
+            Receiver::Loop { thread, lead: Some(lead), .. } => {
+                let lead = Lead { started: true, ..*lead };
+                let thread = *thread;
+                self.change(Receiver::Loop { thread, lead: Some(lead), stall: Stall::Watching })
             }
             _ => Watch::Keep,
         }
@@ -160,8 +230,8 @@ impl Receiver {
     /// least half of it left: calls in a loop then keep one deadline for a while).
     pub(crate) fn step_down(&mut self, others_wait: bool, grace: Nanos, half: Nanos) -> Watch {
         match *self {
-            Receiver::Loop { thread, .. } => {
-                *self = Receiver::Loop { thread, lead: None };
+            Receiver::Loop { thread, stall, .. } => {
+                *self = Receiver::Loop { thread, lead: None, stall };
                 Watch::Keep
             }
             Receiver::Driver { .. } => self.change(Receiver::Driver { claimed: false }),
@@ -189,19 +259,19 @@ impl Receiver {
         }
     }
 
-    /// An event loop on `thread` attaches; `false` if one already is.
+    /// An event loop on `thread` attaches; `None` if one already is.
     pub(crate) fn attach(&mut self, thread: ThreadId) -> Option<Watch> {
+        let stall = Stall::Watching;
         match *self {
             Receiver::Loop { .. } | Receiver::Closed => None,
             // A leader keeps leading; it is the loop's thread's to claim afterwards.
             Receiver::Leading(lead) => {
-                *self = Receiver::Loop { thread, lead: Some(lead) };
-                Some(Watch::Keep)
+                Some(self.change(Receiver::Loop { thread, lead: Some(lead), stall }))
             }
             Receiver::Driver { claimed: true } => {
-                Some(self.change(Receiver::Loop { thread, lead: Some(Lead::default()) }))
+                Some(self.change(Receiver::Loop { thread, lead: Some(Lead::default()), stall }))
             }
-            _ => Some(self.change(Receiver::Loop { thread, lead: None })),
+            _ => Some(self.change(Receiver::Loop { thread, lead: None, stall })),
         }
     }
 
@@ -215,11 +285,44 @@ impl Receiver {
         }
     }
 
-    /// The event loop's thread turns (it is the last one that drove).
-    pub(crate) fn loop_turn(&mut self, me: ThreadId) {
-        if let Receiver::Loop { thread, .. } = self {
-            *thread = me;
+    /// The event loop's thread turns (it is the last one that drove): it keeps up.
+    pub(crate) fn loop_turn(&mut self, me: ThreadId) -> Watch {
+        let Receiver::Loop { lead, stall, .. } = *self else { return Watch::Keep };
+        let stall = match stall {
+            Stall::Checking { by, .. } => Stall::Checking { by, drove: true },
+            Stall::Watching | Stall::Rescuing => Stall::Watching,
+        };
+        self.change(Receiver::Loop { thread: me, lead, stall })
+    }
+
+    /// The driver thread's one-shot watch fired: the event loop has until `by` to drive.
+    pub(crate) fn input_arrived(&mut self, by: Nanos) -> Watch {
+        match *self {
+            Receiver::Loop { thread, lead, stall: Stall::Watching } => {
+                let stall = Stall::Checking { by, drove: false };
+                self.change(Receiver::Loop { thread, lead, stall })
+            }
+            _ => Watch::Keep,
         }
+    }
+
+    /// The time to check has come (`deadline`): the event loop drove since the input
+    /// arrived, or its thread leads, or nothing waits (the loop took it all), and the
+    /// driver thread waits for input again; or the driver thread takes over receiving.
+    pub(crate) fn check(&mut self, now: Nanos, input_waiting: bool) -> Watch {
+        match *self {
+            Receiver::Loop { thread, lead, stall: Stall::Checking { by, drove } } if by <= now => {
+                let kept_up = drove || lead.is_some() || !input_waiting;
+                let stall = if kept_up { Stall::Watching } else { Stall::Rescuing };
+                self.change(Receiver::Loop { thread, lead, stall })
+            }
+            _ => Watch::Keep,
+        }
+    }
+
+    /// The driver thread receives for a stalled event loop.
+    pub(crate) fn rescuing(self) -> bool {
+        matches!(self, Receiver::Loop { stall: Stall::Rescuing, .. })
     }
 
     /// Shut down. The driver thread's epoll set is left as it is (the descriptor is gone).
@@ -233,6 +336,7 @@ mod tests {
     use super::*;
 
     const GRACE: Nanos = 4_000_000;
+    const TICK: Nanos = 1_000_000;
 
     fn me() -> ThreadId {
         std::thread::current().id()
@@ -304,7 +408,7 @@ mod tests {
     fn with_an_event_loop_only_its_thread_leads() {
         let mut r = Receiver::Driver { claimed: false };
         let loop_thread = me();
-        assert_eq!(r.attach(loop_thread), Some(Watch::Stop));
+        assert_eq!(r.attach(loop_thread), Some(Watch::Once), "it waits for a stall");
         assert_eq!(r.attach(loop_thread), None, "one event loop at a time");
         assert!(!r.driver_watches());
         assert!(!r.claim(other()));
@@ -319,10 +423,56 @@ mod tests {
     #[test]
     fn a_leader_outlives_an_event_loop_attached_and_detached_meanwhile() {
         let mut r = Receiver::Leading(Lead { blocking: true, ..Lead::default() });
-        assert_eq!(r.attach(me()), Some(Watch::Keep));
+        assert_eq!(r.attach(me()), Some(Watch::Once));
         assert!(r.leader_blocking());
-        assert_eq!(r.detach(), Watch::Keep);
+        assert_eq!(r.detach(), Watch::Stop);
         assert!(matches!(r, Receiver::Leading(_)));
+    }
+
+    #[test]
+    fn a_stalled_event_loop_has_the_driver_thread_receive_until_it_drives_again() {
+        let mut r = Receiver::Driver { claimed: false };
+        assert_eq!(r.attach(me()), Some(Watch::Once));
+        assert!(r.loop_keeps_up() && r.deadline().is_none());
+        // Input arrives: the loop has a tick to drive.
+        assert_eq!(r.input_arrived(TICK), Watch::Keep, "the one-shot watch is spent");
+        assert_eq!(r.deadline(), Some(TICK));
+        assert_eq!(r.input_arrived(2 * TICK), Watch::Keep);
+        assert_eq!(r.deadline(), Some(TICK), "the first arrival counts");
+        assert_eq!(r.check(TICK - 1, true), Watch::Keep, "not yet");
+        // It did not, and input waits: the driver thread receives.
+        assert_eq!(r.check(TICK, true), Watch::Start);
+        assert!(r.rescuing() && r.driver_watches() && !r.loop_keeps_up());
+        assert_eq!(r.deadline(), None);
+        // The loop drives again: it receives, the driver thread waits for input again.
+        assert_eq!(r.loop_turn(me()), Watch::Once);
+        assert!(r.loop_keeps_up() && !r.driver_watches());
+
+        // A loop that drove in time, or left nothing waiting, keeps its socket.
+        for (drove, waiting) in [(true, true), (false, false)] {
+            assert_eq!(r.input_arrived(TICK), Watch::Keep);
+            if drove {
+                assert_eq!(r.loop_turn(me()), Watch::Keep);
+            }
+            assert_eq!(r.check(TICK, waiting), Watch::Once);
+            assert!(r.loop_keeps_up(), "drove {drove}, waiting {waiting}");
+        }
+
+        // The loop's thread leading (a blocking call on it) is not a stall, and ends one.
+        assert_eq!(r.input_arrived(TICK), Watch::Keep);
+        assert_eq!(r.check(TICK, true), Watch::Start);
+        assert!(r.claim(me()));
+        assert_eq!(r.start_leading(), Watch::Once, "the leader takes its own datagrams");
+        assert!(r.loop_keeps_up());
+        assert_eq!(r.input_arrived(TICK), Watch::Keep);
+        assert_eq!(r.check(TICK, true), Watch::Once);
+        assert_eq!(r.step_down(true, GRACE, GRACE / 2), Watch::Keep);
+
+        // Detached while rescuing: the driver thread just goes on.
+        assert_eq!(r.input_arrived(TICK), Watch::Keep);
+        assert_eq!(r.check(TICK, true), Watch::Start);
+        assert_eq!(r.detach(), Watch::Keep);
+        assert_eq!(r, Receiver::Driver { claimed: false });
     }
 
     #[test]
@@ -331,7 +481,7 @@ mod tests {
             Receiver::Driver { claimed: true },
             Receiver::Leading(Lead::default()),
             Receiver::Grace { until: 1 },
-            Receiver::Loop { thread: me(), lead: None },
+            Receiver::Loop { thread: me(), lead: None, stall: Stall::Rescuing },
         ] {
             r.close();
             assert!(r.is_closed());

@@ -56,11 +56,12 @@ impl Inner {
         self.now
     }
 
-    /// The earliest of the endpoint's deadline, the calls' deadlines, a grace period's end
-    /// and the end of a blocked leader's wait.
+    /// The earliest of the endpoint's deadline, the calls' deadlines, the receiver's (a
+    /// grace period's end, an event loop's stall check) and the end of a blocked leader's
+    /// wait.
     pub(super) fn next_deadline(&mut self) -> Option<Nanos> {
         let leader_until = self.receiver.lead().and_then(|l| l.until);
-        let own = earlier(self.receiver.grace(), leader_until);
+        let own = earlier(self.receiver.deadline(), leader_until);
         let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
         earlier(earlier(endpoint, self.calls.next_deadline()), own)
     }

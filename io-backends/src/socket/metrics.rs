@@ -29,6 +29,10 @@ pub struct Metrics {
     pub receive_errors: u64,
     /// Send calls that failed as a whole (their datagrams count as lost).
     pub send_errors: u64,
+    /// Times the event loop driving the socket ([`Poller`](crate::Poller)) left datagrams
+    /// waiting for a tick (busy with the application's work) and the driver thread
+    /// received for it until it drove again.
+    pub loop_stalls: u64,
 }
 
 impl Metrics {
@@ -48,6 +52,7 @@ impl Metrics {
             ("queued_requests", self.queued_requests),
             ("receive_errors", self.receive_errors),
             ("send_errors", self.send_errors),
+            ("loop_stalls", self.loop_stalls),
         ] {
             v.insert(name, n);
         }

@@ -365,6 +365,7 @@ impl Socket {
             queued_requests: inner.queued_requests() as u64,
             receive_errors: inner.counters.receive_errors,
             send_errors: inner.counters.send_errors,
+            loop_stalls: inner.counters.loop_stalls,
         })
     }
 
