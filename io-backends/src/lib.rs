@@ -7,6 +7,8 @@
 //!   [`Socket::metrics`]; [`Socket::shutdown`].
 //! - [`Builder`]: transport ([`TransportKind`]), MTU, link rate, busy polling, a CIDR
 //!   allow-list ([`Cidr`]), and any other [`Config`] tunable.
+//! - [`reactor`]: calls and receives as the futures of another language's event loop
+//!   (what the Python and Node bindings are built on).
 //! - [`transport`]: the [`Transport`] trait and its implementations, for embedding.
 //! - [`retain_freed_buffers`]: stops glibc's `malloc` from giving each freed large message
 //!   buffer back to the kernel (worth it for large messages).
@@ -46,6 +48,7 @@ mod cidr;
 mod driver;
 mod error;
 mod malloc;
+pub mod reactor;
 mod socket;
 pub mod transport;
 
@@ -53,6 +56,7 @@ pub use cidr::{Cidr, CidrParseError};
 pub use error::{Error, Result};
 pub use homa_core::{ApiError, Config, Payload};
 pub use malloc::retain_freed_buffers;
+pub use reactor::Reactor;
 pub use socket::{Builder, Call, Metrics, Poller, RecvRequest, Request, Socket};
 pub use transport::{Transport, TransportKind, TransportStats};
 

@@ -1,15 +1,15 @@
-//! Runs a socket on Node's event loop, as the Python binding runs one on asyncio's.
+//! Runs a socket on Node's event loop, as the Python binding runs one on asyncio's, with
+//! homa-io's [`homa_io::Reactor`] holding the pending calls and receives.
 //!
-//! libuv watches the descriptor of homa-io's [`Poller`] (a `uv_poll_t`); when it is
-//! readable, [`on_readable`] calls [`Poller::drive`] on the JavaScript thread, which
-//! receives and handles what arrived and wakes the futures of the calls and receives it
-//! completed. Their wakers put their tokens on the ready list, and the same callback then
-//! polls those futures and settles their promises. One wake-up of the loop per batch of
-//! packets, no other thread involved, as for a TCP socket.
+//! libuv watches the descriptor of homa-io's [`Poller`](homa_io::Poller) (a `uv_poll_t`);
+//! when it is readable, [`on_readable`] drives the socket on the JavaScript thread, which
+//! receives and handles what arrived, then settles the promises of the calls and receives
+//! that completed. One wake-up of the loop per batch of packets, no other thread involved,
+//! as for a TCP socket.
 //!
-//! homa-io's driver thread still runs Homa's timers when the loop does not drive, so some
-//! completions (a call's timeout, a response completed by the driver) happen on that
-//! thread: the waker then pokes a `uv_async_t`, whose callback settles them on the loop.
+//! While the JavaScript thread is busy (a long synchronous function), homa-io's driver
+//! thread receives and answers for it, and it runs Homa's timers: what it completes pokes a
+//! `uv_async_t`, whose callback settles it on the loop.
 //!
 //! While the promise reactions of a turn run, the socket is corked (`Poller::cork`): the
 //! replies and calls they send leave together when they are done, in one `sendmmsg`, the
@@ -26,16 +26,13 @@
 //! callbacks run as usual meanwhile.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::future::Future;
-use std::pin::Pin;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use homa_io::reactor::{Done, Op, Parked};
 use napi::bindgen_prelude::{BigInt, Buffer, ToNapiValue};
 use napi::{Error, JsError, Result, sys};
 
@@ -101,93 +98,16 @@ fn event_loop(env: sys::napi_env) -> Result<*mut sys::uv_loop_s> {
     Ok(lp)
 }
 
-/// What other threads share with the loop: tokens of woken futures, and the async handle
-/// that makes the loop look at them (`None` once closed).
-#[derive(Debug)]
-struct Ready {
-    tokens: Mutex<Vec<u32>>,
-    wake: Mutex<Option<SendHandle>>,
-}
+/// The async handle that makes the loop look at completions made on other threads (`None`
+/// once closed).
+type WakeHandle = Arc<Mutex<Option<SendHandle>>>;
 
 #[derive(Debug)]
 struct SendHandle(uv::Handle);
 
 // SAFETY: the handle is only passed to uv_async_send, which any thread may call, and only
-// while it is open (the mutex in `Ready` guards that).
+// while it is open (the mutex in `WakeHandle` guards that).
 unsafe impl Send for SendHandle {}
-
-impl Ready {
-    fn signal(&self) {
-        if let Some(h) = lock(&self.wake).as_ref() {
-            // SAFETY: the async handle is open while it is in `wake`.
-            unsafe { uv::uv_async_send(h.0) };
-        }
-    }
-}
-
-thread_local! {
-    /// The ready list of the socket this thread is driving right now (see [`on_readable`]).
-    static DRIVING: std::cell::Cell<*const Ready> = const { std::cell::Cell::new(ptr::null()) };
-}
-
-/// The waker of one parked future: marks its token ready and pokes the loop, unless the
-/// loop is the one driving (it settles the ready list when done).
-#[derive(Debug)]
-struct TokenWaker {
-    ready: Arc<Ready>,
-    token: u32,
-}
-
-impl Wake for TokenWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let first = {
-            let mut tokens = lock(&self.ready.tokens);
-            tokens.push(self.token);
-            tokens.len() == 1
-        };
-        let driving = DRIVING.with(|d| ptr::eq(d.get(), Arc::as_ptr(&self.ready)));
-        if first && !driving {
-            self.ready.signal();
-        }
-    }
-}
-
-/// A homa-io future waiting for its promise to be settled.
-enum Op {
-    Call(homa_io::Call),
-    Recv(homa_io::RecvRequest),
-}
-
-enum Done {
-    Response(homa_io::Result<Vec<u8>>),
-    Request(homa_io::Result<homa_io::Request>),
-}
-
-impl Op {
-    fn poll(&mut self, waker: &Waker) -> Option<Done> {
-        let mut cx = Context::from_waker(waker);
-        match self {
-            Op::Call(c) => match Pin::new(c).poll(&mut cx) {
-                Poll::Ready(r) => Some(Done::Response(r)),
-                Poll::Pending => None,
-            },
-            Op::Recv(r) => match Pin::new(r).poll(&mut cx) {
-                Poll::Ready(r) => Some(Done::Request(r)),
-                Poll::Pending => None,
-            },
-        }
-    }
-}
-
-struct Parked {
-    op: Op,
-    deferred: sys::napi_deferred,
-    waker: Waker,
-}
 
 /// A promise to settle, once the reactor is no longer borrowed: creating and settling
 /// promises can run JavaScript (async_hooks), which may call back into the socket.
@@ -210,8 +130,9 @@ pub(crate) struct Reactor {
     /// The async resource the loop's callbacks run in (for async_hooks and microtasks).
     context: sys::napi_async_context,
     resource: sys::napi_ref,
-    ready: Arc<Ready>,
-    parked: HashMap<u32, Parked>,
+    /// The pending calls and receives, with their promises (homa-io's reactor).
+    ops: homa_io::Reactor<sys::napi_deferred>,
+    wake_handle: WakeHandle,
     /// Whether the poll handle keeps the loop alive (while anything is parked).
     referenced: bool,
     /// Whether the environment's cleanup hook is registered (and holds a count).
@@ -306,14 +227,18 @@ impl Reactor {
                 return Err(Error::from_reason(format!("a libuv handle failed (error {rc})")));
             }
         }
-        let ready = Arc::new(Ready {
-            tokens: Mutex::new(Vec::new()),
-            wake: Mutex::new(Some(SendHandle(wake))),
+        let wake_handle: WakeHandle = Arc::new(Mutex::new(Some(SendHandle(wake))));
+        let signal = Arc::clone(&wake_handle);
+        let ops = homa_io::Reactor::new(move || {
+            if let Some(h) = lock(&signal).as_ref() {
+                // SAFETY: the async handle is open while it is in the mutex.
+                unsafe { uv::uv_async_send(h.0) };
+            }
         });
         let (resource, context) = match async_resource(env) {
             Ok(r) => r,
             Err(e) => {
-                *lock(&ready.wake) = None;
+                *lock(&wake_handle) = None;
                 // SAFETY: initialised above; their data is still null.
                 unsafe { [poll, wake, idle].into_iter().for_each(|h| uv::uv_close(h, on_closed)) };
                 return Err(e);
@@ -330,8 +255,8 @@ impl Reactor {
             spin_until: None,
             context,
             resource,
-            ready,
-            parked: HashMap::new(),
+            ops,
+            wake_handle,
             referenced: false,
             hooked: false,
         }));
@@ -375,23 +300,23 @@ impl Reactor {
         token: u32,
         start: impl FnOnce(&homa_io::Socket) -> Result<Op>,
     ) -> Result<sys::napi_value> {
-        let (env, mut op) = {
+        let (env, op) = {
             let r = this.borrow();
             (r.env, start(r.socket()?)?)
         };
         let (deferred, promise) = promise(env)?;
+        let is_call = matches!(op, Op::Call(_));
         let now = {
             let mut r = this.borrow_mut();
-            let waker = Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&r.ready), token }));
-            match op.poll(&waker) {
-                Some(done) => Some((deferred, done)),
+            match r.ops.park(u64::from(token), op, deferred) {
+                Parked::Done(deferred, done) => Some((deferred, done)),
                 // Closed while the promise was made (by JavaScript it ran).
-                None if r.is_closed() => {
-                    Some((deferred, Done::Response(Err(homa_io::Error::Shutdown))))
-                }
-                None => {
-                    r.parked.insert(token, Parked { op, deferred, waker });
-                    if matches!(r.parked[&token].op, Op::Call(_)) {
+                Parked::Pending if r.is_closed() => r
+                    .ops
+                    .cancel(u64::from(token))
+                    .map(|d| (d, Done::Response(Err(homa_io::Error::Shutdown)))),
+                Parked::Pending => {
+                    if is_call {
                         r.stay_awake();
                     }
                     r.keep_alive();
@@ -421,7 +346,7 @@ impl Reactor {
 
     /// Busy-polls for the next `spin`, if busy polling is on and anything is pending.
     fn stay_awake(&mut self) {
-        if self.spin.is_zero() || self.parked.is_empty() || self.socket.is_none() {
+        if self.spin.is_zero() || self.ops.pending() == 0 || self.socket.is_none() {
             return;
         }
         if self.spin_until.is_none() {
@@ -434,7 +359,7 @@ impl Reactor {
     /// Stops busy-polling once its window has passed or nothing is pending.
     fn maybe_sleep(&mut self) {
         let Some(until) = self.spin_until else { return };
-        if self.parked.is_empty() || std::time::Instant::now() >= until {
+        if self.ops.pending() == 0 || std::time::Instant::now() >= until {
             // SAFETY: the idle handle is open while it is started.
             unsafe { uv::uv_idle_stop(self.idle) };
             self.spin_until = None;
@@ -446,27 +371,18 @@ impl Reactor {
     pub(crate) fn cancel(this: &Shared, token: u32) -> bool {
         let (env, parked) = {
             let mut r = this.borrow_mut();
-            let parked = r.parked.remove(&token);
+            let parked = r.ops.cancel(u64::from(token));
             r.keep_alive();
             (r.env, parked)
         };
-        let Some(p) = parked else { return false };
-        drop(p.op);
-        reject(env, p.deferred, failure("aborted", "the call was aborted"));
+        let Some(deferred) = parked else { return false };
+        reject(env, deferred, failure("aborted", "the call was aborted"));
         true
     }
 
     /// The parked operations whose futures were woken and are done.
     fn take_done(&mut self) -> Vec<Settle> {
-        let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
-        let mut done = Vec::new();
-        for token in tokens {
-            let Some(p) = self.parked.get_mut(&token) else { continue };
-            if let Some(d) = p.op.poll(&p.waker) {
-                let p = self.parked.remove(&token).expect("present");
-                done.push((p.deferred, d));
-            }
-        }
+        let done = self.ops.take_done();
         self.keep_alive();
         done
     }
@@ -474,7 +390,7 @@ impl Reactor {
     /// References the poll handle while promises are pending, so the process waits for
     /// them, and unreferences it when idle.
     fn keep_alive(&mut self) {
-        let want = !self.parked.is_empty() && self.socket.is_some();
+        let want = self.ops.pending() > 0 && self.socket.is_some();
         if want != self.referenced {
             // SAFETY: the poll handle is open while the socket is.
             unsafe { if want { uv::uv_ref(self.poll) } else { uv::uv_unref(self.poll) } };
@@ -492,7 +408,7 @@ impl Reactor {
             // SAFETY: the handles are open (the socket was); the close callbacks free them.
             unsafe {
                 uv::uv_poll_stop(r.poll);
-                *lock(&r.ready.wake) = None;
+                *lock(&r.wake_handle) = None;
                 uv::uv_close(r.poll, on_closed);
                 uv::uv_close(r.wake, on_closed);
                 uv::uv_close(r.idle, on_closed);
@@ -508,12 +424,11 @@ impl Reactor {
                     sys::napi_delete_reference(r.env, r.resource);
                 }
             }
-            (r.env, std::mem::take(&mut r.parked))
+            (r.env, r.ops.cancel_all())
         };
-        for (_, p) in parked {
-            drop(p.op);
-            if env_alive {
-                reject(env, p.deferred, failure("shutdown", "the socket is closed"));
+        if env_alive {
+            for deferred in parked {
+                reject(env, deferred, failure("shutdown", "the socket is closed"));
             }
         }
     }
@@ -540,18 +455,10 @@ impl Reactor {
         }
         let done = {
             let mut r = this.borrow_mut();
-            let ready = Arc::as_ptr(&r.ready);
-            DRIVING.with(|d| d.set(ready));
-            let mut got = 0;
-            if let Some(p) = &r.poller {
-                if errored {
-                    p.read_errors();
-                }
-                if drive {
-                    got = p.drive();
-                }
-            }
-            DRIVING.with(|d| d.set(ptr::null()));
+            let got = match &r.poller {
+                Some(p) if drive => r.ops.drive(p, errored),
+                _ => 0,
+            };
             if got > 0 {
                 r.stay_awake();
             }

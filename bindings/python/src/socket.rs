@@ -3,29 +3,26 @@
 //! asyncio futures, and a [`Poller`] through which the event loop drives the socket itself.
 //!
 //! How an asyncio call completes: `call_async` starts the RPC (its packets are sent from
-//! the calling thread) and parks homa-io's `Call` future in the reactor with a waker of
-//! our own. The event loop watches the socket ([`Poller::fileno`], homa-io's
-//! `Socket::poller`) with `add_reader`; when the response arrives it calls
-//! [`Poller::drive`], which receives and handles it on the loop's thread. That wakes the
-//! waker there: it pushes the call's token on the reactor's ready list, and `drive` then
-//! polls each ready future once and sets the asyncio future's result. One wake-up of the
-//! loop per packet, as for a TCP stream, and no other thread involved.
+//! the calling thread) and parks homa-io's `Call` future in homa-io's
+//! [`homa_io::Reactor`] with the asyncio future. The event loop watches the socket
+//! ([`Poller::fileno`], homa-io's `Socket::poller`) with `add_reader`; when the response
+//! arrives it calls [`Poller::drive`], which receives and handles it on the loop's thread
+//! and then sets the results of the futures that completed. One wake-up of the loop per
+//! packet, as for a TCP stream, and no other thread involved.
 //!
-//! Completions made by other threads (homa-io's driver thread runs timers when the loop
-//! does not drive, e.g. a call's timeout) push the token and, if the list was empty,
-//! write an eventfd the loop also watches; its callback ([`Reactor::dispatch`]) resolves
-//! them. No thread but the loop's touches Python objects; homa-io's threads never take
-//! the GIL, so they can never deadlock with a Python thread waiting for the endpoint lock.
+//! While the loop is busy (a handler's synchronous work, another thread holding the GIL),
+//! homa-io's driver thread receives and answers for it, and runs timers; what it completes
+//! reaches the loop through an eventfd the loop also watches, whose callback
+//! ([`Reactor::dispatch`]) resolves it. No thread but the loop's touches Python objects;
+//! homa-io's threads never take the GIL, so they can never deadlock with a Python thread
+//! waiting for the endpoint lock.
 
-use std::collections::{HashMap, VecDeque};
-use std::future::Future;
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use homa_io::reactor::{Done, Op, Parked};
 use homa_io::{Cidr, TransportKind};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -376,17 +373,12 @@ impl Socket {
         future: Py<PyAny>,
     ) -> PyResult<(Option<Request>, u64)> {
         let sock = self.open(py)?;
-        let mut recv = sock.recv_request_async();
-        let token = reactor.next_token();
-        let waker = reactor.waker(token);
-        match Pin::new(&mut recv).poll(&mut Context::from_waker(&waker)) {
-            Poll::Ready(Ok(r)) => Ok((Some(Request::new(py, r)?), token)),
-            Poll::Ready(Err(e)) => Err(errors::io(py, e)),
-            Poll::Pending => {
-                let parked = Parked { op: Op::Recv(recv), future, waker };
-                lock(&reactor.pending).insert(token, parked);
-                Ok((None, token))
-            }
+        let token = reactor.inner.next_token();
+        match reactor.inner.park(token, Op::Recv(sock.recv_request_async()), future) {
+            Parked::Done(_, Done::Request(Ok(r))) => Ok((Some(Request::new(py, r)?), token)),
+            Parked::Done(_, Done::Request(Err(e))) => Err(errors::io(py, e)),
+            Parked::Done(_, Done::Response(_)) => unreachable!("a receive gives a request"),
+            Parked::Pending => Ok((None, token)),
         }
     }
 }
@@ -519,10 +511,7 @@ impl Poller {
         let got = {
             let guard = lock(&self.inner);
             let Some(poller) = guard.as_ref() else { return Ok(0) };
-            // Wakers woken on this thread meanwhile need not write the eventfd: the ready
-            // list is dispatched right below.
-            let _driving = Driving::enter(&reactor.ready);
-            let got = poller.drive();
+            let got = reactor.inner.drive(poller, false);
             log_warnings(py, poller.take_warnings());
             got
         };
@@ -536,173 +525,39 @@ impl Poller {
     }
 }
 
-thread_local! {
-    /// The reactor whose socket this thread is driving (see [`Poller::drive`]).
-    static DRIVING: std::cell::Cell<*const Ready> = const { std::cell::Cell::new(std::ptr::null()) };
-}
-
-/// Marks this thread as driving for `ready`'s reactor until dropped.
-struct Driving;
-
-impl Driving {
-    fn enter(ready: &Arc<Ready>) -> Driving {
-        DRIVING.with(|d| d.set(Arc::as_ptr(ready)));
-        Driving
-    }
-
-    fn is(ready: &Arc<Ready>) -> bool {
-        DRIVING.with(|d| std::ptr::eq(d.get(), Arc::as_ptr(ready)))
-    }
-}
-
-impl Drop for Driving {
-    fn drop(&mut self) {
-        DRIVING.with(|d| d.set(std::ptr::null()));
-    }
-}
-
-/// A homa-io future parked in a reactor.
-#[derive(Debug)]
-enum Op {
-    Call(homa_io::Call),
-    Recv(homa_io::RecvRequest),
-}
-
-#[derive(Debug)]
-struct Parked {
-    op: Op,
-    future: Py<PyAny>,
-    waker: Waker,
-}
-
-/// What driver threads share with the reactor: the ready list and the eventfd.
-#[derive(Debug)]
-struct Ready {
-    tokens: Mutex<Vec<u64>>,
-    eventfd: OwnedFd,
-}
-
-impl Ready {
-    fn signal(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe { libc::write(self.eventfd.as_raw_fd(), (&raw const one).cast(), 8) };
-    }
-
-    fn clear(&self) {
-        let mut n = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
-        unsafe { libc::read(self.eventfd.as_raw_fd(), (&raw mut n).cast(), 8) };
-    }
-}
-
-/// The waker of one parked future: marks its token ready and pokes the event loop.
-#[derive(Debug)]
-struct TokenWaker {
-    ready: Arc<Ready>,
-    token: u64,
-}
-
-impl Wake for TokenWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let first = {
-            let mut tokens = lock(&self.ready.tokens);
-            tokens.push(self.token);
-            tokens.len() == 1
-        };
-        // Woken by the loop's own `Poller::drive`: it dispatches when done.
-        if first && !Driving::is(&self.ready) {
-            self.ready.signal();
-        }
-    }
-}
-
-/// Bridges homa-io's futures to one asyncio event loop: watch :meth:`fileno` with
+/// Bridges homa-io's futures to one asyncio event loop (homa-io's [`homa_io::Reactor`],
+/// woken through an eventfd): watch :meth:`fileno` with
 /// ``loop.add_reader(reactor.fileno(), reactor.dispatch)``. Used by ``homa.aio``.
 #[pyclass(module = "homa._native", frozen)]
 #[derive(Debug)]
 pub(crate) struct Reactor {
-    ready: Arc<Ready>,
-    pending: Mutex<HashMap<u64, Parked>>,
+    inner: homa_io::Reactor<Py<PyAny>>,
+    eventfd: Arc<OwnedFd>,
     /// Requests whose asyncio future was cancelled before they arrived: handed to the next
     /// receiver instead of being dropped.
     leftover: Mutex<VecDeque<Request>>,
-    next: std::sync::atomic::AtomicU64,
 }
 
 impl Reactor {
-    fn next_token(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn waker(&self, token: u64) -> Waker {
-        Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&self.ready), token }))
-    }
-
-    /// Resolves the asyncio futures whose tokens are on the ready list.
+    /// Resolves the asyncio futures of the operations that completed.
     fn dispatch_ready(&self, py: Python<'_>) -> PyResult<()> {
         buffer::release_pending(py);
-        let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        let mut finished = Vec::new();
-        {
-            let mut pending = lock(&self.pending);
-            for token in tokens {
-                let Some(p) = pending.get_mut(&token) else { continue };
-                if let Some(done) = poll(&mut p.op, &p.waker) {
-                    let p = pending.remove(&token).expect("present");
-                    finished.push((p, done));
-                }
-            }
-        }
-        for (p, done) in finished {
-            if let Some(unclaimed) = resolve(py, p.future.bind(py), done)? {
+        for (future, done) in self.inner.take_done() {
+            if let Some(unclaimed) = resolve(py, future.bind(py), done)? {
                 lock(&self.leftover).push_back(unclaimed);
             }
-            drop(p);
         }
         Ok(())
     }
 
-    /// Polls `op` once; if it is not done, keeps it until its waker fires.
-    fn park(&self, py: Python<'_>, mut op: Op, future: Py<PyAny>) -> PyResult<u64> {
-        let token = self.next_token();
-        let waker = self.waker(token);
-        match poll(&mut op, &waker) {
-            Some(done) => {
-                resolve(py, future.bind(py), done)?;
-            }
-            None => {
-                lock(&self.pending).insert(token, Parked { op, future, waker });
-            }
+    /// Parks `op` until it completes (resolving `future` then), or resolves it now if it
+    /// is done already; returns its token.
+    fn park(&self, py: Python<'_>, op: Op, future: Py<PyAny>) -> PyResult<u64> {
+        let token = self.inner.next_token();
+        if let Parked::Done(future, done) = self.inner.park(token, op, future) {
+            resolve(py, future.bind(py), done)?;
         }
         Ok(token)
-    }
-}
-
-/// The outcome of a parked future.
-enum Done {
-    Response(homa_io::Result<Vec<u8>>),
-    Request(homa_io::Result<homa_io::Request>),
-}
-
-fn poll(op: &mut Op, waker: &Waker) -> Option<Done> {
-    let mut cx = Context::from_waker(waker);
-    match op {
-        Op::Call(call) => match Pin::new(call).poll(&mut cx) {
-            Poll::Ready(r) => Some(Done::Response(r)),
-            Poll::Pending => None,
-        },
-        Op::Recv(recv) => match Pin::new(recv).poll(&mut cx) {
-            Poll::Ready(r) => Some(Done::Request(r)),
-            Poll::Pending => None,
-        },
     }
 }
 
@@ -754,24 +609,30 @@ impl Reactor {
             return Err(std::io::Error::last_os_error().into());
         }
         // SAFETY: fd is a new descriptor owned by nobody else.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let eventfd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let signal = Arc::clone(&eventfd);
         Ok(Reactor {
-            ready: Arc::new(Ready { tokens: Mutex::new(Vec::new()), eventfd }),
-            pending: Mutex::new(HashMap::new()),
+            inner: homa_io::Reactor::new(move || {
+                let one = 1u64;
+                // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+                unsafe { libc::write(signal.as_raw_fd(), (&raw const one).cast(), 8) };
+            }),
+            eventfd,
             leftover: Mutex::new(VecDeque::new()),
-            next: std::sync::atomic::AtomicU64::new(1),
         })
     }
 
     /// The eventfd to watch for readability.
     fn fileno(&self) -> i32 {
-        self.ready.eventfd.as_raw_fd()
+        self.eventfd.as_raw_fd()
     }
 
     /// Resolves the asyncio futures whose homa-io futures are ready. Call from the loop's
     /// thread when :meth:`fileno` is readable (or any time: it does nothing if none is).
     fn dispatch(&self, py: Python<'_>) -> PyResult<()> {
-        self.ready.clear();
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+        unsafe { libc::read(self.eventfd.as_raw_fd(), (&raw mut n).cast(), 8) };
         self.dispatch_ready(py)
     }
 
@@ -801,15 +662,13 @@ impl Reactor {
     /// Forgets parked operation ``token``: a pending call is aborted (the RPC is
     /// abandoned; the server is not told). Returns whether it was still pending.
     fn cancel(&self, py: Python<'_>, token: u64) -> bool {
-        let parked = lock(&self.pending).remove(&token);
-        let found = parked.is_some();
-        drop(parked);
+        let found = self.inner.cancel(token).is_some();
         buffer::release_pending(py);
         found
     }
 
     /// Operations parked and not yet done.
     fn pending(&self) -> usize {
-        lock(&self.pending).len()
+        self.inner.pending()
     }
 }

@@ -1,0 +1,230 @@
+//! [`Reactor`]: a socket's calls and receives as the futures of another language's event
+//! loop (asyncio, Node's libuv), for bindings.
+//!
+//! A binding starts a call or a receive and [`park`](Reactor::park)s it with the handle of
+//! the language's future (an asyncio future, a promise's deferred). The event loop watches
+//! [`Poller::fd`] and calls [`Reactor::drive`] when it is readable: datagrams are received
+//! and handled on the loop's thread, and the futures they complete are woken there, which
+//! puts their tokens on the ready list. [`Reactor::take_done`] then polls those and returns
+//! what finished, with its handle, for the binding to settle.
+//!
+//! Futures completed on another thread (homa-io's driver thread runs timers, and receives
+//! while the loop is busy: see the crate's README) put their tokens on the list too and,
+//! if it was empty, call the binding's wake-up hook (an eventfd write, `uv_async_send`):
+//! the loop's callback for it calls `take_done`. So the loop learns of every completion,
+//! once: a token pushed onto an empty list always fires the hook unless the loop itself is
+//! inside `drive` (it calls `take_done` right after), and the list is emptied only by
+//! `take_done`, which the hook's callback runs. The hook runs on whatever thread completes
+//! the future, never with the socket's lock held; it must not block or call into the
+//! language.
+//!
+//! Threads: `park`, `drive`, `take_done` and `cancel` are for the loop's thread (the
+//! reactor locks its own state, so a binding whose language objects are shareable may
+//! call them from others); the wakers run on any thread and touch only the ready list.
+//! At shutdown the socket fails every pending call and receive with
+//! [`Error::Shutdown`](crate::Error::Shutdown), which wakes them like any completion.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::error::Result;
+use crate::socket::{Call, Poller, RecvRequest, Request};
+
+/// What a binding parks: a call awaiting its response, or a wait for the next request.
+#[derive(Debug)]
+pub enum Op {
+    /// [`Socket::call_async`](crate::Socket::call_async).
+    Call(Call),
+    /// [`Socket::recv_request_async`](crate::Socket::recv_request_async).
+    Recv(RecvRequest),
+}
+
+/// A parked operation's outcome.
+#[derive(Debug)]
+pub enum Done {
+    /// A call's response, or why it failed.
+    Response(Result<Vec<u8>>),
+    /// A request, or why none will come (shutdown).
+    Request(Result<Request>),
+}
+
+impl Op {
+    fn poll(&mut self, waker: &Waker) -> Option<Done> {
+        let mut cx = Context::from_waker(waker);
+        match self {
+            Op::Call(c) => match Pin::new(c).poll(&mut cx) {
+                Poll::Ready(r) => Some(Done::Response(r)),
+                Poll::Pending => None,
+            },
+            Op::Recv(r) => match Pin::new(r).poll(&mut cx) {
+                Poll::Ready(r) => Some(Done::Request(r)),
+                Poll::Pending => None,
+            },
+        }
+    }
+}
+
+/// What [`Reactor::park`] made of an operation.
+#[derive(Debug)]
+pub enum Parked<T> {
+    /// Pending: [`take_done`](Reactor::take_done) returns it when it completes.
+    Pending,
+    /// It was done already: the handle back, with the outcome.
+    Done(T, Done),
+}
+
+/// The tokens of woken futures, and the binding's wake-up hook.
+struct Ready {
+    tokens: Mutex<Vec<u64>>,
+    wake: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ready").field("tokens", &self.tokens).finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    /// The ready list of the reactor this thread is driving now (see [`Reactor::drive`]).
+    static DRIVING: Cell<*const Ready> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The waker of one parked future: its token onto the ready list, and the hook if the list
+/// was empty and the loop is not the one driving.
+struct TokenWaker {
+    ready: Arc<Ready>,
+    token: u64,
+}
+
+impl Wake for TokenWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let first = {
+            let mut tokens = lock(&self.ready.tokens);
+            tokens.push(self.token);
+            tokens.len() == 1
+        };
+        let driving = DRIVING.with(|d| std::ptr::eq(d.get(), Arc::as_ptr(&self.ready)));
+        if first && !driving {
+            (self.ready.wake)();
+        }
+    }
+}
+
+struct Entry<T> {
+    op: Op,
+    handle: T,
+    waker: Waker,
+}
+
+/// A socket's pending calls and receives for one event loop; `T` is the binding's handle
+/// for the future each settles (see the module docs).
+pub struct Reactor<T> {
+    ready: Arc<Ready>,
+    parked: Mutex<HashMap<u64, Entry<T>>>,
+    next: AtomicU64,
+}
+
+impl<T> std::fmt::Debug for Reactor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reactor").field("pending", &self.pending()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<T> Reactor<T> {
+    /// A reactor whose completions on other threads call `wake` (which makes the event
+    /// loop call [`take_done`](Reactor::take_done) soon).
+    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Reactor<T> {
+        Reactor {
+            ready: Arc::new(Ready { tokens: Mutex::new(Vec::new()), wake: Box::new(wake) }),
+            parked: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// A token no other operation of this reactor was given by it.
+    pub fn next_token(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Polls `op` once: done, it comes back with `handle`; else it is kept under `token`
+    /// (unique among the pending) until it completes or is cancelled.
+    pub fn park(&self, token: u64, mut op: Op, handle: T) -> Parked<T> {
+        let waker = Waker::from(Arc::new(TokenWaker { ready: Arc::clone(&self.ready), token }));
+        match op.poll(&waker) {
+            Some(done) => Parked::Done(handle, done),
+            None => {
+                lock(&self.parked).insert(token, Entry { op, handle, waker });
+                Parked::Pending
+            }
+        }
+    }
+
+    /// The loop's turn: reads the socket's error queue first if the loop saw an error
+    /// condition (`errored`), then receives and handles what arrived ([`Poller::drive`]).
+    /// Futures completed meanwhile need no wake-up hook: call
+    /// [`take_done`](Reactor::take_done) next. Returns the datagrams received.
+    pub fn drive(&self, poller: &Poller, errored: bool) -> usize {
+        struct Driving;
+        impl Drop for Driving {
+            fn drop(&mut self) {
+                DRIVING.with(|d| d.set(std::ptr::null()));
+            }
+        }
+        DRIVING.with(|d| d.set(Arc::as_ptr(&self.ready)));
+        let _driving = Driving;
+        if errored {
+            poller.read_errors();
+        }
+        poller.drive()
+    }
+
+    /// The parked operations that completed since the last call, with their handles.
+    pub fn take_done(&self) -> Vec<(T, Done)> {
+        let tokens = std::mem::take(&mut *lock(&self.ready.tokens));
+        if tokens.is_empty() {
+            return Vec::new();
+        }
+        let mut done = Vec::new();
+        let mut parked = lock(&self.parked);
+        for token in tokens {
+            let Some(e) = parked.get_mut(&token) else { continue }; // cancelled
+            if let Some(d) = e.op.poll(&e.waker) {
+                let e = parked.remove(&token).expect("present");
+                done.push((e.handle, d));
+            }
+        }
+        done
+    }
+
+    /// Forgets operation `token` (a call's RPC is aborted; the server is not told) and
+    /// returns its handle, if it was pending.
+    pub fn cancel(&self, token: u64) -> Option<T> {
+        let entry = lock(&self.parked).remove(&token);
+        entry.map(|e| e.handle)
+    }
+
+    /// Forgets every pending operation (at close), returning their handles.
+    pub fn cancel_all(&self) -> Vec<T> {
+        let parked = std::mem::take(&mut *lock(&self.parked));
+        parked.into_values().map(|e| e.handle).collect()
+    }
+
+    /// Operations parked and not yet done.
+    pub fn pending(&self) -> usize {
+        lock(&self.parked).len()
+    }
+}
