@@ -4,9 +4,10 @@
 // Homa against Node's `net` (TCP, the same echo, length-framed), interleaved in one run so
 // all see the same machine: 100-byte RPC latency (one in flight, p50/p99), calls/s with
 // `--inflight` in flight (TCP: that many connections), and 1,000,000-byte RPC throughput
-// (4 in flight). Homa runs twice: with default settings, and busy-polling for 50 us
-// (`busyPollMs: 0.05`, client and server). The echo servers run in a child process, as a
-// client and its server would; `--one-process` puts them in this one.
+// (4 in flight), each with the CPU time both processes spent per RPC (user + system, all
+// threads). Homa runs twice: with default settings (busy-polling 50 µs, adaptive), and
+// without busy polling (`busyPollMs: 0`, client and server). The echo servers run in a
+// child process, as a client and its server would; `--one-process` puts them in this one.
 
 const net = require('node:net');
 const { fork } = require('node:child_process');
@@ -19,14 +20,13 @@ function option(name, fallback) {
 const ROUNDS = option('rounds', 5);
 const CALLS = option('calls', 2000);
 const INFLIGHT = option('inflight', 64);
-const SPIN_MS = 0.05;
 // The child serves on its parent's ports (--serve-for BASE).
 const BASE = option('serve-for', 24000 + (process.pid % 4000));
 
-/** The echo servers: Homa on BASE (default) and BASE + 1 (busy-polling), TCP on BASE + 2. */
+/** The echo servers: Homa on BASE (defaults) and BASE + 1 (no busy polling), TCP on BASE + 2. */
 async function serve() {
   const plain = await homa.open({ port: BASE, host: '127.0.0.1' });
-  const spinning = await homa.open({ port: BASE + 1, host: '127.0.0.1', busyPollMs: SPIN_MS });
+  const spinning = await homa.open({ port: BASE + 1, host: '127.0.0.1', busyPollMs: 0 });
   const serving = [plain, spinning].map((s) => s.serve((req) => req.message));
   const tcp = net.createServer((sock) => {
     sock.setNoDelay(true);
@@ -102,34 +102,59 @@ async function rate(calls, data, total) {
 
 const pct = (xs, q) => xs.slice().sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))];
 
+/** CPU time (user + system, all threads) a process has used, in microseconds. */
+function cpu() {
+  const u = process.cpuUsage();
+  return u.user + u.system;
+}
+
+/** Runs `phase` and returns [its result, the CPU both processes spent in it, µs]. */
+async function measured(cpuBoth, phase) {
+  const before = await cpuBoth();
+  const result = await phase();
+  return [result, (await cpuBoth()) - before];
+}
+
 async function main() {
   let stop;
+  let cpuBoth = async () => cpu();
   if (process.argv.includes('--one-process')) {
     stop = await serve();
   } else {
     const child = fork(__filename, ['--serve-for', String(BASE)]);
     await new Promise((r) => child.once('message', r));
+    cpuBoth = async () => {
+      const theirs = new Promise((r) => child.once('message', r));
+      child.send('cpu');
+      return cpu() + (await theirs);
+    };
     stop = async () => {
       child.send('stop');
       await new Promise((r) => child.once('exit', r));
     };
   }
   const plain = await homa.open({ host: '127.0.0.1' });
-  const spinning = await homa.open({ host: '127.0.0.1', busyPollMs: SPIN_MS });
+  const spinning = await homa.open({ host: '127.0.0.1', busyPollMs: 0 });
   const homaCall = (sock, port) => (d) => sock.call(`127.0.0.1:${port}`, d);
   const tcp = await tcpClients(INFLIGHT);
   const small = Buffer.alloc(100, 1);
   const big = Buffer.alloc(1_000_000, 2);
   const contenders = [
     ['homa', homaCall(plain, BASE)],
-    [`homa busy-poll`, homaCall(spinning, BASE + 1)],
+    ['homa no poll', homaCall(spinning, BASE + 1)],
     ['tcp', tcp.conns[0], tcp.conns],
   ];
-  const r = Object.fromEntries(contenders.map(([name]) => [name, { lat: [], rate: [], gbps: [] }]));
+  const r = Object.fromEntries(contenders.map(([name]) => [name, {
+    lat: [], rate: [], gbps: [], cpuLat: [], cpuRate: [],
+  }]));
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, one, many = Array(INFLIGHT).fill(one)] of contenders) {
-      r[name].lat.push(...(await latency(one, small, CALLS)));
-      r[name].rate.push(await rate(many, small, CALLS * 4));
+      const [lat, cpuLat] = await measured(cpuBoth, () => latency(one, small, CALLS));
+      r[name].lat.push(...lat);
+      r[name].cpuLat.push(cpuLat / CALLS);
+      const [calls, cpuRate] = await measured(cpuBoth, () => rate(many, small, CALLS * 4));
+      r[name].rate.push(calls);
+      r[name].cpuRate.push(cpuRate / (CALLS * 4));
       // Each RPC moves 1 MB each way.
       r[name].gbps.push(((await rate(many.slice(0, 4), big, 40)) * big.length * 8 * 2) / 1e9);
     }
@@ -139,19 +164,28 @@ async function main() {
   tcp.close();
   await stop();
   const rows = Object.fromEntries(Object.entries(r).map(([name, x]) => [name, {
-    p50_us: pct(x.lat, 0.5), p99_us: pct(x.lat, 0.99), calls_per_s: pct(x.rate, 0.5), gbps: pct(x.gbps, 0.5),
+    p50_us: pct(x.lat, 0.5),
+    p99_us: pct(x.lat, 0.99),
+    cpu_us_per_rpc_one: pct(x.cpuLat, 0.5),
+    calls_per_s: pct(x.rate, 0.5),
+    cpu_us_per_rpc_many: pct(x.cpuRate, 0.5),
+    gbps: pct(x.gbps, 0.5),
   }]));
   const where = process.argv.includes('--one-process') ? 'client and servers in one process' : 'servers in a child process';
-  console.log(`100-byte RPCs (${CALLS} x ${ROUNDS} rounds, one in flight; calls/s with ${INFLIGHT} in flight) and 1 MB RPCs (4 in flight), loopback, ${where}`);
-  console.log('                  p50 us    p99 us   calls/s  1MB Gbit/s');
+  console.log(`100-byte RPCs (${CALLS} x ${ROUNDS} rounds, one in flight; calls/s with ${INFLIGHT} in flight) and 1 MB RPCs (4 in flight), loopback, ${where}; CPU: both processes, µs per RPC`);
+  console.log('                  p50 us    p99 us  CPU one   calls/s CPU many  1MB Gbit/s');
   const f = (v, d = 1) => v.toFixed(d).padStart(9);
   for (const [name, x] of Object.entries(rows)) {
-    console.log(`${name.padEnd(16)}${f(x.p50_us)} ${f(x.p99_us)} ${f(x.calls_per_s, 0)} ${f(x.gbps, 2)}`);
+    console.log(`${name.padEnd(16)}${f(x.p50_us)} ${f(x.p99_us)} ${f(x.cpu_us_per_rpc_one)} ${f(x.calls_per_s, 0)} ${f(x.cpu_us_per_rpc_many)} ${f(x.gbps, 2)}`);
   }
   const t = rows.tcp;
-  for (const name of ['homa', 'homa busy-poll']) {
+  const ratio = (a, b) => `${(a / b).toFixed(2)}x`;
+  for (const name of ['homa', 'homa no poll']) {
     const h = rows[name];
-    console.log(`${name}/tcp: p50 ${(h.p50_us / t.p50_us).toFixed(2)}x, p99 ${(h.p99_us / t.p99_us).toFixed(2)}x, calls/s ${(h.calls_per_s / t.calls_per_s).toFixed(2)}x, 1 MB throughput ${(h.gbps / t.gbps).toFixed(2)}x`);
+    console.log(`${name}/tcp: p50 ${ratio(h.p50_us, t.p50_us)}, p99 ${ratio(h.p99_us, t.p99_us)}, `
+      + `CPU/RPC one in flight ${ratio(h.cpu_us_per_rpc_one, t.cpu_us_per_rpc_one)}, `
+      + `calls/s ${ratio(h.calls_per_s, t.calls_per_s)}, CPU/RPC ${INFLIGHT} in flight ${ratio(h.cpu_us_per_rpc_many, t.cpu_us_per_rpc_many)}, `
+      + `1 MB throughput ${ratio(h.gbps, t.gbps)}`);
   }
   if (process.argv.includes('--json')) console.log(JSON.stringify(rows));
 }
@@ -159,7 +193,11 @@ async function main() {
 if (process.argv.includes('--serve-for')) {
   serve().then((stop) => {
     process.send('ready');
-    process.on('message', async () => {
+    process.on('message', async (m) => {
+      if (m === 'cpu') {
+        process.send(cpu());
+        return;
+      }
       await stop();
       process.exit(0);
     });

@@ -122,9 +122,11 @@ async function resolve(host, family) {
  * Opens a Homa socket: a server on `port` (1-32767; with UDP also the UDP port), or without
  * a port a client. `host` is an IP address or a name; `transport` 'udp' (default), 'ip'
  * (IP protocol 146, as the Linux module; needs CAP_NET_RAW), 'uring' or 'uring-ip'.
- * `busyPollMs` (default 0, off): for that long after a call starts or a packet arrives,
- * while anything is pending, the event loop polls instead of sleeping, so a quick response
- * is handled without a wake-up (as the Linux module's recvmsg busy-polls). Other
+ * `busyPollMs` (default 0.05; 0: off): for that long after a call starts or a packet
+ * arrives, while anything is pending, the event loop polls instead of sleeping, so a quick
+ * response is handled without a wake-up (as the Linux module's recvmsg busy-polls). It
+ * adapts: a window that ends without a packet, or in which the process was kept off the
+ * CPU, makes the next 1, 2, 4, ... up to 1,024 chances to poll pass. Other
  * options are Config fields by name (`max_message_length`, `timeout_ticks`, ...; see
  * `configFields`).
  */
@@ -132,11 +134,11 @@ async function open(options = {}) {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`the options must be an object, not ${describe(options)}`);
   }
-  const { port, host = '0.0.0.0', transport = 'udp', busyPollMs = 0, ...config } = options;
-  if (typeof busyPollMs !== 'number') {
+  const { port, host = '0.0.0.0', transport = 'udp', busyPollMs, ...config } = options;
+  if (busyPollMs !== undefined && typeof busyPollMs !== 'number') {
     throw new TypeError(`busyPollMs must be a number of milliseconds, not ${describe(busyPollMs)}`);
   }
-  if (!(busyPollMs >= 0 && busyPollMs <= 1000)) {
+  if (busyPollMs !== undefined && !(busyPollMs >= 0 && busyPollMs <= 1000)) {
     throw new RangeError(`busyPollMs must be between 0 and 1000 milliseconds, not ${busyPollMs}`);
   }
   if (port !== undefined && port !== null) checkPort(port, 'port');
@@ -150,7 +152,7 @@ async function open(options = {}) {
   }
   const ip = net.isIP(host) ? host : await resolve(host, 4).catch(() => resolve(host, 6));
   const sock = native_(() =>
-    native.NativeSocket.open(port ?? null, ip, transport, busyPollMs, config));
+    native.NativeSocket.open(port ?? null, ip, transport, busyPollMs ?? null, config));
   return new Socket(sock);
 }
 

@@ -18,6 +18,16 @@
 //! the future, never with the socket's lock held; it must not block or call into the
 //! language.
 //!
+//! Busy polling, as a thread blocked in [`Socket::call`](crate::Socket::call) does and as
+//! the Linux module does in `recvmsg` (`poll_usecs`): after a call starts or a datagram
+//! arrives ([`busy_poll`](Reactor::busy_poll)), the loop goes on polling without sleeping
+//! for the socket's window ([`Builder::busy_poll`](crate::Builder::busy_poll), 50 µs by
+//! default) while [`keep_polling`](Reactor::keep_polling) says so, so that a response
+//! coming back within it costs no wake-up of a sleeping thread. It adapts with the same
+//! rule: a window that ends without a datagram, or in which the loop's thread was kept
+//! off the CPU for half of it, makes the next 1, 2, 4, ... up to 1,024 chances to poll pass
+//! (an idle or CPU-starved process polls almost never); a window that pays starts over.
+//!
 //! Threads: `park`, `drive`, `take_done` and `cancel` are for the loop's thread (the
 //! reactor locks its own state, so a binding whose language objects are shareable may
 //! call them from others); the wakers run on any thread and touch only the ready list.
@@ -31,6 +41,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::socket::{Call, Poller, RecvRequest, Request};
@@ -132,6 +143,80 @@ pub struct Reactor<T> {
     ready: Arc<Ready>,
     parked: Mutex<HashMap<u64, Entry<T>>>,
     next: AtomicU64,
+    busy: Mutex<BusyPoll>,
+}
+
+/// The most chances to poll that one unpaid window makes pass.
+const MAX_SKIP: u32 = 1024;
+
+/// When the loop polls without sleeping (see the module docs).
+#[derive(Debug)]
+struct BusyPoll {
+    /// How long a window lasts; zero: never poll.
+    window: Duration,
+    /// The window now running: its end, its start, and the thread's CPU time then.
+    until: Option<Instant>,
+    started: Instant,
+    cpu_at_start: Duration,
+    /// A datagram arrived in the window now running.
+    paid: bool,
+    /// Chances to poll left to pass, and how many the next unpaid window makes pass.
+    skip: u32,
+    backoff: u32,
+}
+
+impl BusyPoll {
+    fn new(window: Duration) -> BusyPoll {
+        let now = Instant::now();
+        let cpu_at_start = Duration::ZERO;
+        let (until, paid, skip, backoff) = (None, false, 0, 1);
+        BusyPoll { window, until, started: now, cpu_at_start, paid, skip, backoff }
+    }
+
+    fn activity(&mut self, arrived: bool) -> bool {
+        if self.window.is_zero() {
+            return false;
+        }
+        let now = Instant::now();
+        if self.until.is_some() {
+            // A datagram in the window pays for it; activity keeps it open.
+            self.paid |= arrived;
+            self.until = Some(now + self.window);
+            return false;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        self.until = Some(now + self.window);
+        (self.started, self.cpu_at_start, self.paid) = (now, thread_cpu_time(), false);
+        true
+    }
+
+    fn keep_polling(&mut self, pending: bool) -> bool {
+        let Some(until) = self.until else { return false };
+        let now = Instant::now();
+        if pending && now < until {
+            return true;
+        }
+        self.until = None;
+        let off_cpu = (now - self.started).saturating_sub(thread_cpu_time() - self.cpu_at_start);
+        if self.paid && off_cpu < self.window / 2 {
+            self.backoff = 1;
+        } else {
+            self.skip = self.backoff;
+            self.backoff = (self.backoff * 2).min(MAX_SKIP);
+        }
+        false
+    }
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a live timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 impl<T> std::fmt::Debug for Reactor<T> {
@@ -146,13 +231,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<T> Reactor<T> {
     /// A reactor whose completions on other threads call `wake` (which makes the event
-    /// loop call [`take_done`](Reactor::take_done) soon).
-    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Reactor<T> {
+    /// loop call [`take_done`](Reactor::take_done) soon), busy-polling for `busy_poll`
+    /// after activity (the socket's [`Socket::busy_poll`](crate::Socket::busy_poll);
+    /// zero: never).
+    pub fn new(wake: impl Fn() + Send + Sync + 'static, busy_poll: Duration) -> Reactor<T> {
         Reactor {
             ready: Arc::new(Ready { tokens: Mutex::new(Vec::new()), wake: Box::new(wake) }),
             parked: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
+            busy: Mutex::new(BusyPoll::new(busy_poll)),
         }
+    }
+
+    /// A call started (`arrived` false) or datagrams arrived (true): whether the loop
+    /// should start polling without sleeping, calling [`drive`](Reactor::drive) and
+    /// [`keep_polling`](Reactor::keep_polling) each time round (false also while it
+    /// already polls).
+    pub fn busy_poll(&self, arrived: bool) -> bool {
+        lock(&self.busy).activity(arrived)
+    }
+
+    /// Whether the loop should go on polling: its window is open and operations are
+    /// pending. `false` ends the window (and learns from it).
+    pub fn keep_polling(&self) -> bool {
+        let pending = self.pending() > 0;
+        lock(&self.busy).keep_polling(pending)
     }
 
     /// A token no other operation of this reactor was given by it.
@@ -226,5 +329,44 @@ impl<T> Reactor<T> {
     /// Operations parked and not yet done.
     pub fn pending(&self) -> usize {
         lock(&self.parked).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chances to poll that pass before one starts a window.
+    fn skipped(b: &mut BusyPoll) -> usize {
+        std::iter::from_fn(|| (!b.activity(false)).then_some(())).take(10_000).count()
+    }
+
+    #[test]
+    fn a_zero_window_never_polls() {
+        let mut b = BusyPoll::new(Duration::ZERO);
+        assert!(!b.activity(false) && !b.activity(true) && !b.keep_polling(true));
+    }
+
+    #[test]
+    fn unpaid_windows_make_ever_more_chances_pass_and_a_paid_one_starts_over() {
+        let mut b = BusyPoll::new(Duration::from_secs(1));
+        assert!(b.activity(false), "a call starts: poll");
+        assert!(!b.activity(false), "already polling");
+        assert!(b.keep_polling(true), "the window is open");
+        // Nothing pending any more: the window ends without a datagram, unpaid.
+        assert!(!b.keep_polling(false));
+        let mut counts = Vec::new();
+        for _ in 0..3 {
+            counts.push(skipped(&mut b));
+            assert!(!b.keep_polling(false));
+        }
+        assert_eq!(counts, [1, 2, 4]);
+        // A datagram in the window pays for it: the next unpaid one skips one chance.
+        let _ = skipped(&mut b);
+        assert!(!b.activity(true), "arrivals keep the window open");
+        assert!(!b.keep_polling(false));
+        assert!(b.activity(false), "paid: no chance passes");
+        assert!(!b.keep_polling(false));
+        assert_eq!(skipped(&mut b), 1);
     }
 }

@@ -73,17 +73,20 @@ pub struct NativeSocket {
 #[napi]
 impl NativeSocket {
     /// Opens a socket: a server on `port` of `host`, or (no port) a client. `config` is an
-    /// object of `Config` fields by name; `busy_poll_ms` the busy-polling window (0: off).
+    /// object of `Config` fields by name; `busy_poll_ms` the busy-polling window (0: off;
+    /// none: homa-io's default).
     #[napi(factory)]
     pub fn open(
         env: &Env,
         port: Option<u32>,
         host: String,
         transport: String,
-        busy_poll_ms: f64,
+        busy_poll_ms: Option<f64>,
         config: Unknown<'_>,
     ) -> Result<NativeSocket> {
-        let spin = Duration::try_from_secs_f64(busy_poll_ms / 1000.0)
+        let spin = busy_poll_ms
+            .map(|ms| Duration::try_from_secs_f64(ms / 1000.0))
+            .transpose()
             .map_err(|_| failure("RangeError", "busyPollMs must be a finite number >= 0"))?;
         let ip: std::net::IpAddr =
             host.parse().map_err(|_| failure("invalid_argument", "host is not an IP address"))?;
@@ -102,6 +105,9 @@ impl NativeSocket {
         if convert::given(&fields, "link_mbps") {
             builder = builder.link_mbps(link_mbps);
         }
+        if let Some(spin) = spin {
+            builder = builder.busy_poll(spin);
+        }
         let opened = match port {
             Some(p) => {
                 let p = u16::try_from(p).map_err(|_| failure("invalid_port", "port too large"))?;
@@ -116,7 +122,7 @@ impl NativeSocket {
             transport: inner.transport().name(),
             mtu: inner.mtu(),
             link_mbps: inner.link_mbps(),
-            reactor: Reactor::start(env.raw(), inner, spin)?,
+            reactor: Reactor::start(env.raw(), inner)?,
         })
     }
 

@@ -19,10 +19,10 @@
 //! While any promise is pending the poll handle is referenced, so the process waits for
 //! it; an idle socket does not keep the process alive.
 //!
-//! Busy polling (`busyPollMs`, off by default), as the Linux module does in `recvmsg`:
-//! for that long after a call starts or a packet arrives, while operations are pending,
-//! a `uv_idle_t` keeps libuv from sleeping in `epoll_wait`, so a response that comes
-//! back within the window is handled without the wake-up of a sleeping thread. Other
+//! Busy polling (`busyPollMs`, 50 µs by default, adaptive: homa-io's reactor says when),
+//! as the Linux module does in `recvmsg`: while a window after a call starts or a packet
+//! arrives is open, a `uv_idle_t` keeps libuv from sleeping in `epoll_wait`, so a response
+//! that comes back within it is handled without the wake-up of a sleeping thread. Other
 //! callbacks run as usual meanwhile.
 
 use std::cell::RefCell;
@@ -30,7 +30,6 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use homa_io::reactor::{Done, Op, Parked};
 use napi::bindgen_prelude::{BigInt, Buffer, ToNapiValue};
@@ -123,10 +122,8 @@ pub(crate) struct Reactor {
     wake: uv::Handle,
     /// Keeps the loop from sleeping while it busy-polls.
     idle: uv::Handle,
-    /// How long to busy-poll after activity (zero: never).
-    spin: Duration,
-    /// Busy-poll until then, if the idle handle runs.
-    spin_until: Option<std::time::Instant>,
+    /// Whether the idle handle runs.
+    polling: bool,
     /// The async resource the loop's callbacks run in (for async_hooks and microtasks).
     context: sys::napi_async_context,
     resource: sys::napi_ref,
@@ -200,11 +197,7 @@ fn async_resource(env: sys::napi_env) -> Result<(sys::napi_ref, sys::napi_async_
 
 impl Reactor {
     /// Runs `socket` on the loop of `env`'s thread.
-    pub(crate) fn start(
-        env: sys::napi_env,
-        socket: homa_io::Socket,
-        spin: Duration,
-    ) -> Result<Shared> {
+    pub(crate) fn start(env: sys::napi_env, socket: homa_io::Socket) -> Result<Shared> {
         let poller = socket.poller().map_err(io_error)?;
         let lp = event_loop(env)?;
         let (poll, wake, idle) =
@@ -229,12 +222,13 @@ impl Reactor {
         }
         let wake_handle: WakeHandle = Arc::new(Mutex::new(Some(SendHandle(wake))));
         let signal = Arc::clone(&wake_handle);
-        let ops = homa_io::Reactor::new(move || {
+        let wake_loop = move || {
             if let Some(h) = lock(&signal).as_ref() {
                 // SAFETY: the async handle is open while it is in the mutex.
                 unsafe { uv::uv_async_send(h.0) };
             }
-        });
+        };
+        let ops = homa_io::Reactor::new(wake_loop, socket.busy_poll());
         let (resource, context) = match async_resource(env) {
             Ok(r) => r,
             Err(e) => {
@@ -251,8 +245,7 @@ impl Reactor {
             poll,
             wake,
             idle,
-            spin,
-            spin_until: None,
+            polling: false,
             context,
             resource,
             ops,
@@ -317,7 +310,7 @@ impl Reactor {
                     .map(|d| (d, Done::Response(Err(homa_io::Error::Shutdown)))),
                 Parked::Pending => {
                     if is_call {
-                        r.stay_awake();
+                        r.busy_poll(false);
                     }
                     r.keep_alive();
                     None
@@ -344,25 +337,21 @@ impl Reactor {
         Reactor::park(this, token, |s| Ok(Op::Recv(s.recv_request_async())))
     }
 
-    /// Busy-polls for the next `spin`, if busy polling is on and anything is pending.
-    fn stay_awake(&mut self) {
-        if self.spin.is_zero() || self.ops.pending() == 0 || self.socket.is_none() {
-            return;
-        }
-        if self.spin_until.is_none() {
+    /// A call started or datagrams arrived: busy-polls if homa-io's reactor says so.
+    fn busy_poll(&mut self, arrived: bool) {
+        if self.socket.is_some() && self.ops.busy_poll(arrived) && !self.polling {
+            self.polling = true;
             // SAFETY: the idle handle is open while the socket is.
             unsafe { uv::uv_idle_start(self.idle, on_idle) };
         }
-        self.spin_until = Some(std::time::Instant::now() + self.spin);
     }
 
-    /// Stops busy-polling once its window has passed or nothing is pending.
+    /// Stops busy-polling once the reactor's window is over.
     fn maybe_sleep(&mut self) {
-        let Some(until) = self.spin_until else { return };
-        if self.ops.pending() == 0 || std::time::Instant::now() >= until {
+        if self.polling && !self.ops.keep_polling() {
+            self.polling = false;
             // SAFETY: the idle handle is open while it is started.
             unsafe { uv::uv_idle_stop(self.idle) };
-            self.spin_until = None;
         }
     }
 
@@ -413,7 +402,7 @@ impl Reactor {
                 uv::uv_close(r.wake, on_closed);
                 uv::uv_close(r.idle, on_closed);
             }
-            r.spin_until = None;
+            r.polling = false;
             r.poller = None;
             socket.shutdown();
             if env_alive {
@@ -460,7 +449,7 @@ impl Reactor {
                 _ => 0,
             };
             if got > 0 {
-                r.stay_awake();
+                r.busy_poll(true);
             }
             // What the promise reactions send (replies, the next calls) leaves together
             // when they are done: one system call, equal-sized packets as one GSO send.

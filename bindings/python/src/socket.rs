@@ -202,6 +202,13 @@ impl Socket {
         self.link_mbps
     }
 
+    /// How long (seconds) a thread blocked in a call or a receive, or the asyncio loop
+    /// after a call starts or a packet arrives, polls before it sleeps (``busy_poll``).
+    #[getter]
+    fn busy_poll(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.open(py)?.busy_poll().as_secs_f64())
+    }
+
     /// Whether :meth:`close` was called.
     #[getter]
     fn closed(&self) -> bool {
@@ -602,7 +609,10 @@ fn resolve(py: Python<'_>, future: &Bound<'_, PyAny>, done: Done) -> PyResult<Op
 #[pymethods]
 impl Reactor {
     #[new]
-    fn new() -> PyResult<Self> {
+    #[pyo3(signature = (busy_poll = 0.0))]
+    fn new(busy_poll: f64) -> PyResult<Self> {
+        let busy_poll = Duration::try_from_secs_f64(busy_poll)
+            .map_err(|_| PyValueError::new_err("busy_poll must be a finite number >= 0"))?;
         // SAFETY: a plain system call creating a new descriptor.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -611,12 +621,13 @@ impl Reactor {
         // SAFETY: fd is a new descriptor owned by nobody else.
         let eventfd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let signal = Arc::clone(&eventfd);
+        let wake_loop = move || {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+            unsafe { libc::write(signal.as_raw_fd(), (&raw const one).cast(), 8) };
+        };
         Ok(Reactor {
-            inner: homa_io::Reactor::new(move || {
-                let one = 1u64;
-                // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-                unsafe { libc::write(signal.as_raw_fd(), (&raw const one).cast(), 8) };
-            }),
+            inner: homa_io::Reactor::new(wake_loop, busy_poll),
             eventfd,
             leftover: Mutex::new(VecDeque::new()),
         })
@@ -670,5 +681,16 @@ impl Reactor {
     /// Operations parked and not yet done.
     fn pending(&self) -> usize {
         self.inner.pending()
+    }
+
+    /// A call started (``arrived`` false) or packets arrived (true): whether the loop
+    /// should start busy-polling (homa-io's rule: adaptive, ``busy_poll`` long).
+    fn busy_poll(&self, arrived: bool) -> bool {
+        self.inner.busy_poll(arrived)
+    }
+
+    /// Whether the loop should go on busy-polling.
+    fn keep_polling(&self) -> bool {
+        self.inner.keep_polling()
     }
 }

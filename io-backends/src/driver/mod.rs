@@ -302,6 +302,11 @@ impl Shared {
         lock(&self.inner)
     }
 
+    /// How long a waiting thread polls before it sleeps.
+    pub(crate) fn spin_window(&self) -> Duration {
+        self.spin.window()
+    }
+
     /// Waits that busy-polled, and those that found their packet so ([`Spin::counts`]).
     pub(crate) fn spin_counts(&self) -> (u64, u64) {
         self.spin.counts()

@@ -50,6 +50,11 @@ impl Spin {
         Spin { window, skip, backoff, spins: AtomicU64::new(0), paid: AtomicU64::new(0) }
     }
 
+    /// The longest spin.
+    pub(crate) fn window(&self) -> Duration {
+        self.window
+    }
+
     /// Waits that spun, and those that found their packet spinning (`Metrics::busy_polls`).
     pub(crate) fn counts(&self) -> (u64, u64) {
         (self.spins.load(Ordering::Relaxed), self.paid.load(Ordering::Relaxed))

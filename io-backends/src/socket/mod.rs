@@ -149,6 +149,12 @@ impl Socket {
         self.mtu
     }
 
+    /// How long a waiting thread, or an event loop after activity ([`crate::Reactor`]),
+    /// polls before it sleeps ([`Builder::busy_poll`]).
+    pub fn busy_poll(&self) -> Duration {
+        self.shared.spin_window()
+    }
+
     /// The link rate the pacer keeps to, in Mbit/s ([`Builder::link_mbps`]).
     pub fn link_mbps(&self) -> u32 {
         self.link_mbps
