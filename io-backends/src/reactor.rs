@@ -23,10 +23,16 @@
 //! arrives ([`busy_poll`](Reactor::busy_poll)), the loop goes on polling without sleeping
 //! for the socket's window ([`Builder::busy_poll`](crate::Builder::busy_poll), 50 µs by
 //! default) while [`keep_polling`](Reactor::keep_polling) says so, so that a response
-//! coming back within it costs no wake-up of a sleeping thread. It adapts with the same
-//! rule: a window that ends without a datagram, or in which the loop's thread was kept
-//! off the CPU for half of it, makes the next 1, 2, 4, ... up to 1,024 chances to poll pass
-//! (an idle or CPU-starved process polls almost never); a window that pays starts over.
+//! coming back within it costs no wake-up of a sleeping thread. It adapts: a window that
+//! ends with calls or receives pending and no datagram, when none comes within four
+//! windows of its start either, makes the next 1, 2, 4, ... up to 1,024 chances to poll
+//! pass (an idle process, or one starved of CPU so that answers come late, polls almost
+//! never); a window that pays starts over. A datagram that comes late, but within those
+//! four windows, counts as paid: the peer was asleep, and answers sooner once it polls too.
+//! Between two event loops polling pays only when both poll, so a rule that gave up on the
+//! first late answer would never start. (A blocked thread's polling also stops when a yield
+//! runs another thread; a loop does not yield, and between two processes on two CPUs it is
+//! preempted by its peer's work in most windows that pay, so that is no sign here.)
 //!
 //! Threads: `park`, `drive`, `take_done` and `cancel` are for the loop's thread (the
 //! reactor locks its own state, so a binding whose language objects are shareable may
@@ -149,17 +155,23 @@ pub struct Reactor<T> {
 /// The most chances to poll that one unpaid window makes pass.
 const MAX_SKIP: u32 = 1024;
 
+/// A datagram this many windows after a window began still shows a conversation: the
+/// window was too short only because the peer slept (its own polling shortens its answer).
+const CONVERSATION: u32 = 4;
+
 /// When the loop polls without sleeping (see the module docs).
 #[derive(Debug)]
 struct BusyPoll {
     /// How long a window lasts; zero: never poll.
     window: Duration,
-    /// The window now running: its end, its start, and the thread's CPU time then.
+    /// The window now running: its end and its start.
     until: Option<Instant>,
     started: Instant,
-    cpu_at_start: Duration,
     /// A datagram arrived in the window now running.
     paid: bool,
+    /// The start of a window that ended without a datagram, while the thread kept its CPU:
+    /// the next datagram says whether it was a conversation (see [`CONVERSATION`]).
+    unpaid_since: Option<Instant>,
     /// Chances to poll left to pass, and how many the next unpaid window makes pass.
     skip: u32,
     backoff: u32,
@@ -167,10 +179,15 @@ struct BusyPoll {
 
 impl BusyPoll {
     fn new(window: Duration) -> BusyPoll {
-        let now = Instant::now();
-        let cpu_at_start = Duration::ZERO;
-        let (until, paid, skip, backoff) = (None, false, 0, 1);
-        BusyPoll { window, until, started: now, cpu_at_start, paid, skip, backoff }
+        BusyPoll {
+            window,
+            until: None,
+            started: Instant::now(),
+            paid: false,
+            unpaid_since: None,
+            skip: 0,
+            backoff: 1,
+        }
     }
 
     fn activity(&mut self, arrived: bool) -> bool {
@@ -178,6 +195,13 @@ impl BusyPoll {
             return false;
         }
         let now = Instant::now();
+        if arrived && let Some(since) = self.unpaid_since.take() {
+            if now - since <= self.window * CONVERSATION {
+                self.backoff = 1; // the peer answers soon: both polling, it answers sooner
+            } else {
+                self.back_off();
+            }
+        }
         if self.until.is_some() {
             // A datagram in the window pays for it; activity keeps it open.
             self.paid |= arrived;
@@ -189,34 +213,28 @@ impl BusyPoll {
             return false;
         }
         self.until = Some(now + self.window);
-        (self.started, self.cpu_at_start, self.paid) = (now, thread_cpu_time(), false);
+        (self.started, self.paid) = (now, false);
         true
     }
 
     fn keep_polling(&mut self, pending: bool) -> bool {
         let Some(until) = self.until else { return false };
-        let now = Instant::now();
-        if pending && now < until {
+        if pending && Instant::now() < until {
             return true;
         }
         self.until = None;
-        let off_cpu = (now - self.started).saturating_sub(thread_cpu_time() - self.cpu_at_start);
-        if self.paid && off_cpu < self.window / 2 {
+        if self.paid {
             self.backoff = 1;
-        } else {
-            self.skip = self.backoff;
-            self.backoff = (self.backoff * 2).min(MAX_SKIP);
+        } else if pending {
+            self.unpaid_since = Some(self.started);
         }
         false
     }
-}
 
-/// CPU time the calling thread has used.
-fn thread_cpu_time() -> Duration {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a live timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    fn back_off(&mut self) {
+        self.skip = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_SKIP);
+    }
 }
 
 impl<T> std::fmt::Debug for Reactor<T> {
@@ -347,26 +365,62 @@ mod tests {
         assert!(!b.activity(false) && !b.activity(true) && !b.keep_polling(true));
     }
 
+    /// Ends the running window now, with calls pending and no datagram in it, and has
+    /// the next datagram come `late` windows after it began.
+    fn unpaid(b: &mut BusyPoll, late: u32) {
+        b.until = Some(Instant::now());
+        assert!(!b.keep_polling(true));
+        b.unpaid_since = b.unpaid_since.map(|t| t - b.window * late);
+    }
+
+    /// The late datagram arrives (it judges the window, and is a chance that passes if any
+    /// does): the chances that pass, counted until one starts a window.
+    fn judged(b: &mut BusyPoll) -> usize {
+        if b.activity(true) {
+            return 0;
+        }
+        1 + skipped(b)
+    }
+
     #[test]
-    fn unpaid_windows_make_ever_more_chances_pass_and_a_paid_one_starts_over() {
+    fn windows_unanswered_make_ever_more_chances_pass_and_a_paid_one_starts_over() {
         let mut b = BusyPoll::new(Duration::from_secs(1));
         assert!(b.activity(false), "a call starts: poll");
         assert!(!b.activity(false), "already polling");
         assert!(b.keep_polling(true), "the window is open");
-        // Nothing pending any more: the window ends without a datagram, unpaid.
-        assert!(!b.keep_polling(false));
         let mut counts = Vec::new();
         for _ in 0..3 {
-            counts.push(skipped(&mut b));
-            assert!(!b.keep_polling(false));
+            unpaid(&mut b, 5);
+            counts.push(judged(&mut b));
         }
         assert_eq!(counts, [1, 2, 4]);
-        // A datagram in the window pays for it: the next unpaid one skips one chance.
-        let _ = skipped(&mut b);
+        // A datagram in the window pays for it: the next unanswered one skips one chance.
         assert!(!b.activity(true), "arrivals keep the window open");
-        assert!(!b.keep_polling(false));
+        b.until = Some(Instant::now());
+        assert!(!b.keep_polling(true));
         assert!(b.activity(false), "paid: no chance passes");
+        unpaid(&mut b, 5);
+        assert_eq!(judged(&mut b), 1);
+    }
+
+    #[test]
+    fn a_late_answer_is_a_conversation_and_a_much_later_one_is_not() {
+        let mut b = BusyPoll::new(Duration::from_millis(10));
+        assert!(b.activity(false));
+        // The window ends without a datagram, with calls pending.
+        b.until = Some(Instant::now());
+        assert!(!b.keep_polling(true));
+        // The answer comes within four windows: polling goes on at once.
+        assert!(b.activity(true), "a conversation: no chance passes");
+        b.until = Some(Instant::now());
+        assert!(!b.keep_polling(true));
+        // One that comes only after four windows: the next chance passes.
+        b.unpaid_since = Some(Instant::now() - Duration::from_millis(41));
+        assert!(!b.activity(true));
+        assert!(b.activity(false));
+        // Nothing pending when a window ends: nothing learnt.
+        b.until = Some(Instant::now());
         assert!(!b.keep_polling(false));
-        assert_eq!(skipped(&mut b), 1);
+        assert_eq!((b.unpaid_since, b.skip), (None, 0));
     }
 }

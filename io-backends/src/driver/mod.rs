@@ -20,8 +20,8 @@
 //!
 //! An event loop that drives the socket ([`Poller`](crate::Poller)) may be busy for
 //! seconds with the application's work. The driver thread then waits, one-shot, for the
-//! next datagram to arrive; if the loop has not driven a tick later and datagrams still
-//! wait, it receives for the loop (answering RESENDs with BUSY, granting, acknowledging,
+//! next datagram to arrive; if the loop has not driven for four timer ticks then and
+//! datagrams still wait, it receives for the loop (answering RESENDs with BUSY, granting, acknowledging,
 //! buffering requests and responses) until the loop drives again ([`state::Stall`]).
 //! Protocol progress never waits for the application's thread, as the Linux module's
 //! softirq handling never does.
@@ -63,6 +63,9 @@ use crate::cidr::Cidr;
 use crate::error::{Error, Result};
 use crate::transport::{Batch, RECV_SLOT_LEN, Transport, TransportStats, Waiter, clear, signal};
 
+/// Timer ticks an event loop may leave input waiting before the driver thread receives
+/// for it (see `Inner::stall_limit`).
+const STALL_TICKS: Nanos = 4;
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
 /// How long the driver thread stays off the transport after a leader leaves, expecting it
@@ -82,7 +85,7 @@ pub(crate) struct DriverCounters {
     pub(crate) receive_errors: u64,
     /// Send calls that failed as a whole (their datagrams were dropped).
     pub(crate) send_errors: u64,
-    /// Times the attached event loop left input waiting for a tick, and the driver thread
+    /// Times the attached event loop left input waiting for four ticks, and the driver thread
     /// received for it until it drove again.
     pub(crate) loop_stalls: u64,
 }
@@ -204,6 +207,15 @@ fn this_thread() -> std::thread::ThreadId {
 impl Inner {
     pub(crate) fn is_closed(&self) -> bool {
         self.receiver.is_closed()
+    }
+
+    /// How long an event loop may leave input waiting before the driver thread receives
+    /// for it ([`state::Stall`]): four timer ticks, under the five after which a peer
+    /// first asks to resend. Shorter, a loop that is only slow is taken over often, at a
+    /// cost: with two ticks a Python client with eight 1 MB calls in flight (turns of over
+    /// two milliseconds) was taken over 45 times a second, and made half the calls.
+    fn stall_limit(&self) -> Nanos {
+        STALL_TICKS * self.alarm.tick_ns
     }
 
     /// The endpoint holds no RPC, and no call or reply waits.
@@ -404,7 +416,8 @@ impl Shared {
         let r = if inner.is_closed() {
             Err(Error::Shutdown)
         } else {
-            match inner.receiver.attach(this_thread()) {
+            let now = inner.clock(self.now());
+            match inner.receiver.attach(this_thread(), now) {
                 None => Err(Error::PollerExists),
                 Some(watch) => {
                     self.apply(&mut inner, watch);
@@ -435,10 +448,10 @@ impl Shared {
     /// number of datagrams received.
     pub(crate) fn drive(&self) -> usize {
         let mut inner = self.lock();
-        let watch = inner.receiver.loop_turn(this_thread());
+        let now = inner.clock(self.now());
+        let watch = inner.receiver.loop_turn(this_thread(), now);
         self.apply(&mut inner, watch);
         inner.receive_here();
-        let now = inner.clock(self.now());
         // A leader blocked in the waiter's receive owns the socket until it returns.
         let got = if inner.receiver.leader_blocking() {
             0
@@ -596,13 +609,14 @@ impl Shared {
         drop(waiter);
     }
 
-    /// The event loop had a tick to drive since input arrived: if it did not and input
+    /// The event loop had its time to drive since input arrived: if it did not and input
     /// still waits, the driver thread receives for it until it drives again (see
     /// [`state::Stall`]). What it completes meanwhile reaches the loop through the wakers,
     /// and what it sends goes at once: a loop stalled mid-turn may have corked the socket.
     fn check_loop(&self, inner: &mut Inner, now: Nanos) {
         let waiting = inner.input_waiting();
-        let watch = inner.receiver.check(now, waiting);
+        let limit = inner.stall_limit();
+        let watch = inner.receiver.check(now, limit, waiting);
         self.apply(inner, watch);
         if inner.receiver.rescuing() {
             inner.counters.loop_stalls += 1;
@@ -661,10 +675,13 @@ impl Shared {
                 self.need_driver(&mut inner);
             }
             if readable {
-                let by = now + inner.alarm.tick_ns;
-                let watch = inner.receiver.input_arrived(by);
+                let limit = inner.stall_limit();
+                let watch = inner.receiver.input_arrived(now, limit);
                 self.apply(&mut inner, watch);
             }
+            // Only what is due for the endpoint and the calls makes the driver thread take
+            // input from a loop that keeps up (its timers run after it); not a check.
+            let timers_due = fired && inner.due_without_receiver(now);
             if inner.receiver.deadline().is_some_and(|d| d <= now) {
                 self.check_loop(&mut inner, now);
             }
@@ -678,7 +695,7 @@ impl Shared {
             // socket queue must count before its RPC is judged silent. A leader blocked in
             // the waiter's receive takes it instead: this thread must not, or it could
             // swallow the datagram that wakes the leader.
-            if inner.receiver.loop_keeps_up() && !fired {
+            if inner.receiver.loop_keeps_up() && !timers_due {
                 // An event loop's datagrams: it is woken for them too.
             } else if !inner.receiver.leader_blocking() {
                 inner.receive(now);

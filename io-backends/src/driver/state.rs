@@ -4,7 +4,7 @@
 //! must change ([`Watch`]), so the epoll set follows the state.
 //!
 //! While an event loop drives, the driver thread still keeps an eye on the transport
-//! ([`Stall`]): a loop busy for a tick with the application's work (a Python handler, a
+//! ([`Stall`]): a loop busy for milliseconds with the application's work (a Python handler, a
 //! long synchronous JavaScript function) must not leave Homa's peers unanswered.
 
 use std::thread::ThreadId;
@@ -45,24 +45,28 @@ pub(crate) enum Receiver {
     Grace { until: Nanos },
     /// An event loop drives the socket through a [`Poller`](crate::Poller) from `thread`:
     /// it watches the transport and receives; the driver thread runs timers and takes over
-    /// when the loop falls behind (`stall`); only the loop's thread may lead.
-    Loop { thread: ThreadId, lead: Option<Lead>, stall: Stall },
+    /// when the loop falls behind (`stall`; `turned`: when the loop last drove); only the
+    /// loop's thread may lead.
+    Loop { thread: ThreadId, lead: Option<Lead>, stall: Stall, turned: Nanos },
     /// Shut down: the transport is gone.
     Closed,
 }
 
 /// Whether the event loop keeps up with its input, as the driver thread sees it.
 ///
-/// The driver thread waits for the first datagram that arrives (a one-shot watch, so a
-/// loop that keeps up costs it at most two wake-ups a tick, not one per datagram), then
-/// checks a tick later whether the loop has driven since. If it has not, and input waits,
-/// the driver thread receives as if no loop were attached, until the loop drives again.
+/// The driver thread waits for the first datagram that arrives (a one-shot watch), then
+/// checks, when the loop would have been idle for the limit (`limit` in the transitions:
+/// a few timer ticks), whether it has driven meanwhile; while it has and input keeps
+/// coming, the next check comes a limit after the loop's last turn, with no wake-up for
+/// input meanwhile (at most one wake-up a limit for a loop that keeps up). A loop that
+/// has not driven for the limit while input waits is stalled: the driver thread receives
+/// as if no loop were attached, until the loop drives again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stall {
     /// The driver thread waits (one-shot) for input.
     Watching,
-    /// Input arrived: the loop should drive by `by`; `drove` once it has.
-    Checking { by: Nanos, drove: bool },
+    /// Input arrived: the driver thread looks again at `by`.
+    Checking { by: Nanos },
     /// The loop fell behind: the driver thread receives until the loop drives again.
     Rescuing,
 }
@@ -181,8 +185,8 @@ impl Receiver {
             Receiver::Grace { until } => {
                 Receiver::Leading(Lead { grace: Some(until), ..Lead::default() })
             }
-            Receiver::Loop { thread, lead: None, stall } if thread == me => {
-                Receiver::Loop { thread, lead: Some(Lead::default()), stall }
+            Receiver::Loop { thread, lead: None, stall, turned } if thread == me => {
+                Receiver::Loop { thread, lead: Some(Lead::default()), stall, turned }
             }
             _ => return false,
         };
@@ -203,10 +207,10 @@ impl Receiver {
                 lead.started = true;
                 Watch::Keep
             }
-            Receiver::Loop { thread, lead: Some(lead), .. } => {
-                let lead = Lead { started: true, ..*lead };
-                let thread = *thread;
-                self.change(Receiver::Loop { thread, lead: Some(lead), stall: Stall::Watching })
+            Receiver::Loop { thread, lead: Some(lead), turned, .. } => {
+                let lead = Some(Lead { started: true, ..*lead });
+                let (thread, turned) = (*thread, *turned);
+                self.change(Receiver::Loop { thread, lead, stall: Stall::Watching, turned })
             }
             _ => Watch::Keep,
         }
@@ -230,8 +234,8 @@ impl Receiver {
     /// least half of it left: calls in a loop then keep one deadline for a while).
     pub(crate) fn step_down(&mut self, others_wait: bool, grace: Nanos, half: Nanos) -> Watch {
         match *self {
-            Receiver::Loop { thread, stall, .. } => {
-                *self = Receiver::Loop { thread, lead: None, stall };
+            Receiver::Loop { thread, stall, turned, .. } => {
+                *self = Receiver::Loop { thread, lead: None, stall, turned };
                 Watch::Keep
             }
             Receiver::Driver { .. } => self.change(Receiver::Driver { claimed: false }),
@@ -259,20 +263,16 @@ impl Receiver {
         }
     }
 
-    /// An event loop on `thread` attaches; `None` if one already is.
-    pub(crate) fn attach(&mut self, thread: ThreadId) -> Option<Watch> {
-        let stall = Stall::Watching;
-        match *self {
-            Receiver::Loop { .. } | Receiver::Closed => None,
+    /// An event loop on `thread` attaches at `now`; `None` if one already is.
+    pub(crate) fn attach(&mut self, thread: ThreadId, now: Nanos) -> Option<Watch> {
+        let lead = match *self {
+            Receiver::Loop { .. } | Receiver::Closed => return None,
             // A leader keeps leading; it is the loop's thread's to claim afterwards.
-            Receiver::Leading(lead) => {
-                Some(self.change(Receiver::Loop { thread, lead: Some(lead), stall }))
-            }
-            Receiver::Driver { claimed: true } => {
-                Some(self.change(Receiver::Loop { thread, lead: Some(Lead::default()), stall }))
-            }
-            _ => Some(self.change(Receiver::Loop { thread, lead: None, stall })),
-        }
+            Receiver::Leading(lead) => Some(lead),
+            Receiver::Driver { claimed: true } => Some(Lead::default()),
+            _ => None,
+        };
+        Some(self.change(Receiver::Loop { thread, lead, stall: Stall::Watching, turned: now }))
     }
 
     /// The event loop detaches: its leader (if any) leads on; otherwise the driver thread
@@ -285,39 +285,44 @@ impl Receiver {
         }
     }
 
-    /// The event loop's thread turns (it is the last one that drove): it keeps up.
-    pub(crate) fn loop_turn(&mut self, me: ThreadId) -> Watch {
+    /// The event loop's thread turns at `now` (it is the last one that drove): it keeps
+    /// up.
+    pub(crate) fn loop_turn(&mut self, me: ThreadId, now: Nanos) -> Watch {
         let Receiver::Loop { lead, stall, .. } = *self else { return Watch::Keep };
-        let stall = match stall {
-            Stall::Checking { by, .. } => Stall::Checking { by, drove: true },
-            Stall::Watching | Stall::Rescuing => Stall::Watching,
+        let stall = if stall == Stall::Rescuing { Stall::Watching } else { stall };
+        self.change(Receiver::Loop { thread: me, lead, stall, turned: now })
+    }
+
+    /// The driver thread's one-shot watch fired at `now`: it looks again a `limit` later.
+    pub(crate) fn input_arrived(&mut self, now: Nanos, limit: Nanos) -> Watch {
+        match *self {
+            Receiver::Loop { thread, lead, stall: Stall::Watching, turned } => {
+                let stall = Stall::Checking { by: now + limit };
+                self.change(Receiver::Loop { thread, lead, stall, turned })
+            }
+            _ => Watch::Keep,
+        }
+    }
+
+    /// The time to check has come (`deadline`). Nothing waits (the loop took it all), or
+    /// the loop's thread leads: the driver thread waits for input again. The loop drove
+    /// within the `limit` and input waits (a steady stream): the next check a `limit`
+    /// after that turn. The loop did not, and input waits: the driver thread takes over.
+    pub(crate) fn check(&mut self, now: Nanos, limit: Nanos, input_waiting: bool) -> Watch {
+        let Receiver::Loop { thread, lead, stall: Stall::Checking { by }, turned } = *self else {
+            return Watch::Keep;
         };
-        self.change(Receiver::Loop { thread: me, lead, stall })
-    }
-
-    /// The driver thread's one-shot watch fired: the event loop has until `by` to drive.
-    pub(crate) fn input_arrived(&mut self, by: Nanos) -> Watch {
-        match *self {
-            Receiver::Loop { thread, lead, stall: Stall::Watching } => {
-                let stall = Stall::Checking { by, drove: false };
-                self.change(Receiver::Loop { thread, lead, stall })
-            }
-            _ => Watch::Keep,
+        if by > now {
+            return Watch::Keep;
         }
-    }
-
-    /// The time to check has come (`deadline`): the event loop drove since the input
-    /// arrived, or its thread leads, or nothing waits (the loop took it all), and the
-    /// driver thread waits for input again; or the driver thread takes over receiving.
-    pub(crate) fn check(&mut self, now: Nanos, input_waiting: bool) -> Watch {
-        match *self {
-            Receiver::Loop { thread, lead, stall: Stall::Checking { by, drove } } if by <= now => {
-                let kept_up = drove || lead.is_some() || !input_waiting;
-                let stall = if kept_up { Stall::Watching } else { Stall::Rescuing };
-                self.change(Receiver::Loop { thread, lead, stall })
-            }
-            _ => Watch::Keep,
-        }
+        let stall = if lead.is_some() || !input_waiting {
+            Stall::Watching
+        } else if now < turned + limit {
+            Stall::Checking { by: turned + limit }
+        } else {
+            Stall::Rescuing
+        };
+        self.change(Receiver::Loop { thread, lead, stall, turned })
     }
 
     /// The driver thread receives for a stalled event loop.
@@ -408,8 +413,8 @@ mod tests {
     fn with_an_event_loop_only_its_thread_leads() {
         let mut r = Receiver::Driver { claimed: false };
         let loop_thread = me();
-        assert_eq!(r.attach(loop_thread), Some(Watch::Once), "it waits for a stall");
-        assert_eq!(r.attach(loop_thread), None, "one event loop at a time");
+        assert_eq!(r.attach(loop_thread, 0), Some(Watch::Once), "it waits for a stall");
+        assert_eq!(r.attach(loop_thread, 0), None, "one event loop at a time");
         assert!(!r.driver_watches());
         assert!(!r.claim(other()));
         assert!(r.claim(loop_thread));
@@ -423,7 +428,7 @@ mod tests {
     #[test]
     fn a_leader_outlives_an_event_loop_attached_and_detached_meanwhile() {
         let mut r = Receiver::Leading(Lead { blocking: true, ..Lead::default() });
-        assert_eq!(r.attach(me()), Some(Watch::Once));
+        assert_eq!(r.attach(me(), 0), Some(Watch::Once));
         assert!(r.leader_blocking());
         assert_eq!(r.detach(), Watch::Stop);
         assert!(matches!(r, Receiver::Leading(_)));
@@ -431,46 +436,51 @@ mod tests {
 
     #[test]
     fn a_stalled_event_loop_has_the_driver_thread_receive_until_it_drives_again() {
+        const LIMIT: Nanos = 2 * TICK;
         let mut r = Receiver::Driver { claimed: false };
-        assert_eq!(r.attach(me()), Some(Watch::Once));
+        assert_eq!(r.attach(me(), 0), Some(Watch::Once));
         assert!(r.loop_keeps_up() && r.deadline().is_none());
-        // Input arrives: the loop has a tick to drive.
-        assert_eq!(r.input_arrived(TICK), Watch::Keep, "the one-shot watch is spent");
-        assert_eq!(r.deadline(), Some(TICK));
-        assert_eq!(r.input_arrived(2 * TICK), Watch::Keep);
-        assert_eq!(r.deadline(), Some(TICK), "the first arrival counts");
-        assert_eq!(r.check(TICK - 1, true), Watch::Keep, "not yet");
-        // It did not, and input waits: the driver thread receives.
-        assert_eq!(r.check(TICK, true), Watch::Start);
+        // Input arrives: the driver thread looks again a limit later.
+        assert_eq!(r.input_arrived(TICK, LIMIT), Watch::Keep, "the one-shot watch is spent");
+        assert_eq!(r.deadline(), Some(3 * TICK));
+        assert_eq!(r.input_arrived(2 * TICK, LIMIT), Watch::Keep);
+        assert_eq!(r.deadline(), Some(3 * TICK), "the first arrival counts");
+        assert_eq!(r.check(3 * TICK - 1, LIMIT, true), Watch::Keep, "not yet");
+        // The loop has not driven since it attached, and input waits: the driver receives.
+        assert_eq!(r.check(3 * TICK, LIMIT, true), Watch::Start);
         assert!(r.rescuing() && r.driver_watches() && !r.loop_keeps_up());
         assert_eq!(r.deadline(), None);
         // The loop drives again: it receives, the driver thread waits for input again.
-        assert_eq!(r.loop_turn(me()), Watch::Once);
+        assert_eq!(r.loop_turn(me(), 4 * TICK), Watch::Once);
         assert!(r.loop_keeps_up() && !r.driver_watches());
 
-        // A loop that drove in time, or left nothing waiting, keeps its socket.
-        for (drove, waiting) in [(true, true), (false, false)] {
-            assert_eq!(r.input_arrived(TICK), Watch::Keep);
-            if drove {
-                assert_eq!(r.loop_turn(me()), Watch::Keep);
-            }
-            assert_eq!(r.check(TICK, waiting), Watch::Once);
-            assert!(r.loop_keeps_up(), "drove {drove}, waiting {waiting}");
-        }
+        // A loop that left nothing waiting keeps its socket: the driver thread waits for
+        // input again.
+        assert_eq!(r.input_arrived(5 * TICK, LIMIT), Watch::Keep);
+        assert_eq!(r.check(7 * TICK, LIMIT, false), Watch::Once);
+        assert!(r.loop_keeps_up());
+        // One that drove within the limit, with more waiting (a steady stream), is looked
+        // at again a limit after that turn, without a wake-up for each arrival.
+        assert_eq!(r.input_arrived(8 * TICK, LIMIT), Watch::Keep);
+        assert_eq!(r.loop_turn(me(), 9 * TICK), Watch::Keep);
+        assert_eq!(r.check(10 * TICK, LIMIT, true), Watch::Keep);
+        assert!(r.loop_keeps_up() && r.deadline() == Some(11 * TICK));
+        assert_eq!(r.check(11 * TICK, LIMIT, true), Watch::Start, "it did not drive again");
+        assert_eq!(r.loop_turn(me(), 12 * TICK), Watch::Once);
 
         // The loop's thread leading (a blocking call on it) is not a stall, and ends one.
-        assert_eq!(r.input_arrived(TICK), Watch::Keep);
-        assert_eq!(r.check(TICK, true), Watch::Start);
+        assert_eq!(r.input_arrived(13 * TICK, LIMIT), Watch::Keep);
+        assert_eq!(r.check(15 * TICK, LIMIT, true), Watch::Start);
         assert!(r.claim(me()));
         assert_eq!(r.start_leading(), Watch::Once, "the leader takes its own datagrams");
         assert!(r.loop_keeps_up());
-        assert_eq!(r.input_arrived(TICK), Watch::Keep);
-        assert_eq!(r.check(TICK, true), Watch::Once);
+        assert_eq!(r.input_arrived(16 * TICK, LIMIT), Watch::Keep);
+        assert_eq!(r.check(18 * TICK, LIMIT, true), Watch::Once);
         assert_eq!(r.step_down(true, GRACE, GRACE / 2), Watch::Keep);
 
         // Detached while rescuing: the driver thread just goes on.
-        assert_eq!(r.input_arrived(TICK), Watch::Keep);
-        assert_eq!(r.check(TICK, true), Watch::Start);
+        assert_eq!(r.input_arrived(19 * TICK, LIMIT), Watch::Keep);
+        assert_eq!(r.check(21 * TICK, LIMIT, true), Watch::Start);
         assert_eq!(r.detach(), Watch::Keep);
         assert_eq!(r, Receiver::Driver { claimed: false });
     }
@@ -481,12 +491,12 @@ mod tests {
             Receiver::Driver { claimed: true },
             Receiver::Leading(Lead::default()),
             Receiver::Grace { until: 1 },
-            Receiver::Loop { thread: me(), lead: None, stall: Stall::Rescuing },
+            Receiver::Loop { thread: me(), lead: None, stall: Stall::Rescuing, turned: 0 },
         ] {
             r.close();
             assert!(r.is_closed());
             assert!(!r.claim(me()));
-            assert_eq!(r.attach(me()), None);
+            assert_eq!(r.attach(me(), 0), None);
             assert_eq!(r.need_driver(), Watch::Keep);
             assert_eq!(r.step_down(true, GRACE, GRACE / 2), Watch::Keep);
             assert!(r.is_closed());

@@ -56,6 +56,13 @@ impl Inner {
         self.now
     }
 
+    /// Whether the endpoint's or a call's deadline has come (a timer is due, not only the
+    /// receiver's own deadline).
+    pub(super) fn due_without_receiver(&mut self, now: Nanos) -> bool {
+        let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
+        earlier(endpoint, self.calls.next_deadline()).is_some_and(|d| d <= now)
+    }
+
     /// The earliest of the endpoint's deadline, the calls' deadlines, the receiver's (a
     /// grace period's end, an event loop's stall check) and the end of a blocked leader's
     /// wait.

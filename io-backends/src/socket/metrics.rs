@@ -30,7 +30,7 @@ pub struct Metrics {
     /// Send calls that failed as a whole (their datagrams count as lost).
     pub send_errors: u64,
     /// Times the event loop driving the socket ([`Poller`](crate::Poller)) left datagrams
-    /// waiting for a tick (busy with the application's work) and the driver thread
+    /// waiting for four timer ticks (busy with the application's work) and the driver thread
     /// received for it until it drove again.
     pub loop_stalls: u64,
 }
