@@ -1,11 +1,12 @@
 'use strict';
-// node bench.js [--rounds 5] [--calls 2000] [--inflight 64] [--one-process] [--json]
+// node bench.js [--rounds 5] [--calls 2000] [--inflight 64] [--sporadic 200] [--one-process] [--json]
 //
 // Homa against Node's `net` (TCP, the same echo, length-framed), interleaved in one run so
 // all see the same machine: 100-byte RPC latency (one in flight, p50/p99), calls/s with
 // `--inflight` in flight (TCP: that many connections), and 1,000,000-byte RPC throughput
 // (4 in flight), each with the CPU time both processes spent per RPC (user + system, all
-// threads). Homa runs twice: with default settings (busy-polling 50 µs, adaptive), and
+// threads), and the CPU per RPC of `--sporadic` calls 5 ms apart (where busy polling cannot
+// pay). Homa runs twice: with default settings (busy-polling 50 µs, adaptive), and
 // without busy polling (`busyPollMs: 0`, client and server). The echo servers run in a
 // child process, as a client and its server would; `--one-process` puts them in this one.
 
@@ -20,6 +21,7 @@ function option(name, fallback) {
 const ROUNDS = option('rounds', 5);
 const CALLS = option('calls', 2000);
 const INFLIGHT = option('inflight', 64);
+const SPORADIC = option('sporadic', 200);
 // The child serves on its parent's ports (--serve-for BASE).
 const BASE = option('serve-for', 24000 + (process.pid % 4000));
 
@@ -88,6 +90,14 @@ async function latency(call, data, n) {
   return t;
 }
 
+/** `n` calls `gapMs` apart (sporadic: nothing for busy polling to catch). */
+async function sporadic(call, data, n, gapMs) {
+  for (let i = 0; i < n; i++) {
+    await call(data);
+    await new Promise((r) => setTimeout(r, gapMs));
+  }
+}
+
 async function rate(calls, data, total) {
   let started = 0;
   const start = process.hrtime.bigint();
@@ -145,7 +155,7 @@ async function main() {
     ['tcp', tcp.conns[0], tcp.conns],
   ];
   const r = Object.fromEntries(contenders.map(([name]) => [name, {
-    lat: [], rate: [], gbps: [], cpuLat: [], cpuRate: [],
+    lat: [], rate: [], gbps: [], cpuLat: [], cpuRate: [], cpuSporadic: [],
   }]));
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, one, many = Array(INFLIGHT).fill(one)] of contenders) {
@@ -157,6 +167,8 @@ async function main() {
       r[name].cpuRate.push(cpuRate / (CALLS * 4));
       // Each RPC moves 1 MB each way.
       r[name].gbps.push(((await rate(many.slice(0, 4), big, 40)) * big.length * 8 * 2) / 1e9);
+      const [, cpuSporadic] = await measured(cpuBoth, () => sporadic(one, small, SPORADIC, 5));
+      r[name].cpuSporadic.push(cpuSporadic / SPORADIC);
     }
   }
   plain.close();
@@ -170,13 +182,15 @@ async function main() {
     calls_per_s: pct(x.rate, 0.5),
     cpu_us_per_rpc_many: pct(x.cpuRate, 0.5),
     gbps: pct(x.gbps, 0.5),
+    cpu_us_per_rpc_sporadic: pct(x.cpuSporadic, 0.5),
   }]));
   const where = process.argv.includes('--one-process') ? 'client and servers in one process' : 'servers in a child process';
   console.log(`100-byte RPCs (${CALLS} x ${ROUNDS} rounds, one in flight; calls/s with ${INFLIGHT} in flight) and 1 MB RPCs (4 in flight), loopback, ${where}; CPU: both processes, µs per RPC`);
-  console.log('                  p50 us    p99 us  CPU one   calls/s CPU many  1MB Gbit/s');
+  console.log(`CPU sporadic: ${SPORADIC} calls 5 ms apart, one at a time`);
+  console.log('                  p50 us    p99 us  CPU one   calls/s CPU many  1MB Gbit/s CPU sporadic');
   const f = (v, d = 1) => v.toFixed(d).padStart(9);
   for (const [name, x] of Object.entries(rows)) {
-    console.log(`${name.padEnd(16)}${f(x.p50_us)} ${f(x.p99_us)} ${f(x.cpu_us_per_rpc_one)} ${f(x.calls_per_s, 0)} ${f(x.cpu_us_per_rpc_many)} ${f(x.gbps, 2)}`);
+    console.log(`${name.padEnd(16)}${f(x.p50_us)} ${f(x.p99_us)} ${f(x.cpu_us_per_rpc_one)} ${f(x.calls_per_s, 0)} ${f(x.cpu_us_per_rpc_many)} ${f(x.gbps, 2)} ${f(x.cpu_us_per_rpc_sporadic)}`);
   }
   const t = rows.tcp;
   const ratio = (a, b) => `${(a / b).toFixed(2)}x`;
@@ -185,7 +199,7 @@ async function main() {
     console.log(`${name}/tcp: p50 ${ratio(h.p50_us, t.p50_us)}, p99 ${ratio(h.p99_us, t.p99_us)}, `
       + `CPU/RPC one in flight ${ratio(h.cpu_us_per_rpc_one, t.cpu_us_per_rpc_one)}, `
       + `calls/s ${ratio(h.calls_per_s, t.calls_per_s)}, CPU/RPC ${INFLIGHT} in flight ${ratio(h.cpu_us_per_rpc_many, t.cpu_us_per_rpc_many)}, `
-      + `1 MB throughput ${ratio(h.gbps, t.gbps)}`);
+      + `1 MB throughput ${ratio(h.gbps, t.gbps)}, CPU/RPC sporadic ${ratio(h.cpu_us_per_rpc_sporadic, t.cpu_us_per_rpc_sporadic)}`);
   }
   if (process.argv.includes('--json')) console.log(JSON.stringify(rows));
 }

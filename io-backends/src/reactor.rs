@@ -28,11 +28,13 @@
 //! windows of its start either, makes the next 1, 2, 4, ... up to 1,024 chances to poll
 //! pass (an idle process, or one starved of CPU so that answers come late, polls almost
 //! never); a window that pays starts over. A datagram that comes late, but within those
-//! four windows, counts as paid: the peer was asleep, and answers sooner once it polls too.
+//! four windows, is let pass: the peer was asleep, and answers sooner once it polls too.
 //! Between two event loops polling pays only when both poll, so a rule that gave up on the
-//! first late answer would never start. (A blocked thread's polling also stops when a yield
-//! runs another thread; a loop does not yield, and between two processes on two CPUs it is
-//! preempted by its peer's work in most windows that pay, so that is no sign here.)
+//! first late answer would never start; four late answers in a row count as one unpaid
+//! window (a peer whose calls are sporadic never polls). A blocked thread's polling also
+//! stops when a yield runs another thread; a loop does not yield, and between two
+//! processes on two CPUs it is preempted by its peer's work in most windows that pay, so
+//! that is no sign here.
 //!
 //! Threads: `park`, `drive`, `take_done` and `cancel` are for the loop's thread (the
 //! reactor locks its own state, so a binding whose language objects are shareable may
@@ -159,6 +161,10 @@ const MAX_SKIP: u32 = 1024;
 /// window was too short only because the peer slept (its own polling shortens its answer).
 const CONVERSATION: u32 = 4;
 
+/// Late answers in a row that count as one unpaid window: a peer that answers late this
+/// often does not poll (its calls are sporadic), and polling for its answers is waste.
+const LATE_RUN: u32 = 4;
+
 /// When the loop polls without sleeping (see the module docs).
 #[derive(Debug)]
 struct BusyPoll {
@@ -169,12 +175,14 @@ struct BusyPoll {
     started: Instant,
     /// A datagram arrived in the window now running.
     paid: bool,
-    /// The start of a window that ended without a datagram, while the thread kept its CPU:
-    /// the next datagram says whether it was a conversation (see [`CONVERSATION`]).
+    /// The start of a window that ended without a datagram: the next datagram says whether
+    /// it was a conversation (see [`CONVERSATION`]).
     unpaid_since: Option<Instant>,
     /// Chances to poll left to pass, and how many the next unpaid window makes pass.
     skip: u32,
     backoff: u32,
+    /// Late answers in a row (see [`LATE_RUN`]).
+    late: u32,
 }
 
 impl BusyPoll {
@@ -187,6 +195,7 @@ impl BusyPoll {
             unpaid_since: None,
             skip: 0,
             backoff: 1,
+            late: 0,
         }
     }
 
@@ -196,9 +205,10 @@ impl BusyPoll {
         }
         let now = Instant::now();
         if arrived && let Some(since) = self.unpaid_since.take() {
-            if now - since <= self.window * CONVERSATION {
-                self.backoff = 1; // the peer answers soon: both polling, it answers sooner
-            } else {
+            // Late but soon: the peer was asleep, and once it polls too it answers within
+            // the window. Only a run of such answers means it will not.
+            self.late += 1;
+            if now - since > self.window * CONVERSATION || self.late == LATE_RUN {
                 self.back_off();
             }
         }
@@ -224,7 +234,7 @@ impl BusyPoll {
         }
         self.until = None;
         if self.paid {
-            self.backoff = 1;
+            (self.backoff, self.late) = (1, 0);
         } else if pending {
             self.unpaid_since = Some(self.started);
         }
@@ -232,6 +242,7 @@ impl BusyPoll {
     }
 
     fn back_off(&mut self) {
+        self.late = 0;
         self.skip = self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_SKIP);
     }
@@ -410,13 +421,22 @@ mod tests {
         // The window ends without a datagram, with calls pending.
         b.until = Some(Instant::now());
         assert!(!b.keep_polling(true));
-        // The answer comes within four windows: polling goes on at once.
-        assert!(b.activity(true), "a conversation: no chance passes");
+        // The answer comes within four windows: polling goes on at once, three times...
+        for _ in 0..3 {
+            assert!(b.activity(true), "a conversation: no chance passes");
+            b.until = Some(Instant::now());
+            assert!(!b.keep_polling(true));
+        }
+        // ... but four late answers in a row are one unpaid window.
+        assert!(!b.activity(true), "a run of late answers: a chance passes");
+        assert!(b.activity(false));
         b.until = Some(Instant::now());
         assert!(!b.keep_polling(true));
-        // One that comes only after four windows: the next chance passes.
+        // One that comes only after four windows: the second unpaid window in a row, two
+        // chances pass.
         b.unpaid_since = Some(Instant::now() - Duration::from_millis(41));
         assert!(!b.activity(true));
+        assert!(!b.activity(false));
         assert!(b.activity(false));
         // Nothing pending when a window ends: nothing learnt.
         b.until = Some(Instant::now());

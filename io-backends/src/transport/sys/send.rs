@@ -246,6 +246,7 @@ pub(in crate::transport) fn refused(to: SocketAddr, errno: i32, r: &mut Reports<
         tracing::warn!(%to, "the kernel refuses to send to this address (EINVAL)");
     }
     if is_unreachable(errno) || matches!(errno, libc::EACCES | libc::EINVAL) {
+        tracing::info!(%to, errno, "send refused: unreachable");
         r.stats.unreachable += 1;
         r.unreachable.push_back(Unreachable { peer: to, port: None });
     }
