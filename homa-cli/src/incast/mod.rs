@@ -36,6 +36,7 @@ Examples:
   sudo homa incast --link-mbps 1000 --buffer-kb 200 --json incast.json
   sudo homa incast --clients 3 --duration 0.5 --contenders homa/udp,tcp --keep
   sudo homa incast --contenders homa/udp,homa/python,tcp --python .venv/bin/python
+  sudo homa incast --cpu-hog 2      # overloaded hosts: two busy loops beside the lab
 
 Builds a lab of network namespaces: --clients load clients, a probe client and a server, \
 joined by a bridge. The bridge's port toward the server is the bottleneck: HTB at \
@@ -90,6 +91,10 @@ pub(crate) struct Args {
     /// Probe requests per second (Poisson) during the bursts.
     #[arg(long, value_name = "PER_S", default_value_t = 2000.0)]
     probe_rate: f64,
+    /// Overload: this many processes busy-loop at normal priority for the whole run, so
+    /// that the hosts compete with them for the CPUs (as on a loaded server).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    cpu_hog: usize,
     /// The Python interpreter the homa/python contender runs (it needs the package
     /// homa-transport).
     #[arg(long, value_name = "PATH", default_value = "python3")]
@@ -112,6 +117,32 @@ pub(crate) struct Args {
     /// More log output (-v: info, -vv: debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+}
+
+/// Processes that keep CPUs busy for as long as they live (`--cpu-hog`).
+struct CpuHogs(Vec<std::process::Child>);
+
+impl CpuHogs {
+    fn start(n: usize) -> Result<CpuHogs, Error> {
+        let mut hogs = CpuHogs(Vec::with_capacity(n));
+        for _ in 0..n {
+            let hog = std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .map_err(Error::io("starting a --cpu-hog process (sh)"))?;
+            hogs.0.push(hog);
+        }
+        Ok(hogs)
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
 }
 
 /// Requests up to this size are "short" (and ride TCP-top's top class).
@@ -532,6 +563,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     }
     let lab = || -> Result<_, Error> {
         let topo = Topology::create(args.clients, shape, teardown.clone())?;
+        let _hogs = CpuHogs::start(args.cpu_hog)?;
         let namespaces = topo.namespaces();
         let bar = progress_bar(args.quiet, kinds.len() * parts.len());
         let mut contenders = Vec::new();

@@ -272,6 +272,7 @@ impl Report {
             "buffer_bytes_per_class": u64::from(a.buffer_kb) * 1000,
             "duration_s": a.duration,
             "seed": a.seed,
+            "cpu_hogs": a.cpu_hog,
             "workload": setup.workload.name(),
             "loads": a.loads,
             "load": top_load,
