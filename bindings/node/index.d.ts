@@ -15,7 +15,8 @@ export interface OpenOptions {
   /** Default 'udp'. */
   transport?: Transport;
   /** Busy-poll this long (ms, up to 1000) after a call starts or a packet arrives, while
-   * anything is pending, instead of sleeping; default 0 (off). */
+   * anything is pending, instead of sleeping; default 0.05, backing off while it does not
+   * pay; 0: off. */
   busyPollMs?: number;
   /** Config fields by name (`max_message_length`, `timeout_ticks`, ...; see `configFields`). */
   [config: string]: number | number[] | string | null | undefined;

@@ -125,8 +125,8 @@ async function resolve(host, family) {
  * `busyPollMs` (default 0.05; 0: off): for that long after a call starts or a packet
  * arrives, while anything is pending, the event loop polls instead of sleeping, so a quick
  * response is handled without a wake-up (as the Linux module's recvmsg busy-polls). It
- * adapts: a window that ends without a packet, or in which the process was kept off the
- * CPU, makes the next 1, 2, 4, ... up to 1,024 chances to poll pass. Other
+ * adapts: a window that ends without a packet, when none comes within four windows either,
+ * makes the next 1, 2, 4, ... up to 1,024 chances to poll pass. Other
  * options are Config fields by name (`max_message_length`, `timeout_ticks`, ...; see
  * `configFields`).
  */

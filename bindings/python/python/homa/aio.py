@@ -376,7 +376,8 @@ def _drivers(
     They hold no reference to the AsyncSocket, which can then be collected."""
 
     def poll() -> None:
-        poller.drive(reactor)
+        if poller.drive(reactor):
+            reactor.busy_poll(True)  # what arrived pays for the window
         if reactor.keep_polling():
             loop.call_soon(poll)
 
