@@ -120,10 +120,9 @@ pub(crate) struct Reactor {
     poller: Option<homa_io::Poller>,
     poll: uv::Handle,
     wake: uv::Handle,
-    /// Keeps the loop from sleeping while it busy-polls.
+    /// Keeps the loop from sleeping while it busy-polls: it runs exactly while the
+    /// reactor's polling window is open.
     idle: uv::Handle,
-    /// Whether the idle handle runs.
-    polling: bool,
     /// The async resource the loop's callbacks run in (for async_hooks and microtasks).
     context: sys::napi_async_context,
     resource: sys::napi_ref,
@@ -245,7 +244,6 @@ impl Reactor {
             poll,
             wake,
             idle,
-            polling: false,
             context,
             resource,
             ops,
@@ -339,17 +337,16 @@ impl Reactor {
 
     /// A call started or datagrams arrived: busy-polls if homa-io's reactor says so.
     fn busy_poll(&mut self, arrived: bool) {
-        if self.socket.is_some() && self.ops.busy_poll(arrived) && !self.polling {
-            self.polling = true;
+        // (True only when a window opens: the idle handle is stopped then.)
+        if self.socket.is_some() && self.ops.busy_poll(arrived) {
             // SAFETY: the idle handle is open while the socket is.
             unsafe { uv::uv_idle_start(self.idle, on_idle) };
         }
     }
 
-    /// Stops busy-polling once the reactor's window is over.
+    /// Stops busy-polling once the reactor's window is over (the idle handle runs this).
     fn maybe_sleep(&mut self) {
-        if self.polling && !self.ops.keep_polling() {
-            self.polling = false;
+        if !self.ops.keep_polling() {
             // SAFETY: the idle handle is open while it is started.
             unsafe { uv::uv_idle_stop(self.idle) };
         }
@@ -402,7 +399,6 @@ impl Reactor {
                 uv::uv_close(r.wake, on_closed);
                 uv::uv_close(r.idle, on_closed);
             }
-            r.polling = false;
             r.poller = None;
             socket.shutdown();
             if env_alive {

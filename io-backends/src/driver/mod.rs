@@ -21,8 +21,9 @@
 //! An event loop that drives the socket ([`Poller`](crate::Poller)) may be busy for
 //! seconds with the application's work. The driver thread then waits, one-shot, for the
 //! next datagram to arrive; if the loop has not driven for four timer ticks then and
-//! datagrams still wait, it receives for the loop (answering RESENDs with BUSY, granting, acknowledging,
-//! buffering requests and responses) until the loop drives again ([`state::Stall`]).
+//! datagrams still wait, it receives for the loop (answering RESENDs with BUSY, granting,
+//! acknowledging, buffering requests and responses) until the loop drives again
+//! ([`state::Stall`]).
 //! Protocol progress never waits for the application's thread, as the Linux module's
 //! softirq handling never does.
 //!
@@ -679,9 +680,6 @@ impl Shared {
                 let watch = inner.receiver.input_arrived(now, limit);
                 self.apply(&mut inner, watch);
             }
-            // Only what is due for the endpoint and the calls makes the driver thread take
-            // input from a loop that keeps up (its timers run after it); not a check.
-            let timers_due = fired && inner.due_without_receiver(now);
             if inner.receiver.deadline().is_some_and(|d| d <= now) {
                 self.check_loop(&mut inner, now);
             }
@@ -694,9 +692,13 @@ impl Shared {
             // Timers run only once what had arrived is handled: a response waiting in the
             // socket queue must count before its RPC is judged silent. A leader blocked in
             // the waiter's receive takes it instead: this thread must not, or it could
-            // swallow the datagram that wakes the leader.
-            if inner.receiver.loop_keeps_up() && !timers_due {
-                // An event loop's datagrams: it is woken for them too.
+            // swallow the datagram that wakes the leader. A loop that keeps up receives its
+            // own datagrams (it is woken for them too) unless timers are due: a stall check
+            // that found it keeping up is no reason to take its input.
+            let loop_receives = inner.receiver.loop_keeps_up()
+                && !(fired && inner.timers_deadline().is_some_and(|d| d <= now));
+            if loop_receives {
+                // Its turn comes.
             } else if !inner.receiver.leader_blocking() {
                 inner.receive(now);
             } else if fired && inner.input_waiting() {

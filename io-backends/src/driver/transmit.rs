@@ -56,21 +56,19 @@ impl Inner {
         self.now
     }
 
-    /// Whether the endpoint's or a call's deadline has come (a timer is due, not only the
-    /// receiver's own deadline).
-    pub(super) fn due_without_receiver(&mut self, now: Nanos) -> bool {
+    /// The earliest of the endpoint's deadline and the calls' deadlines: when timers are
+    /// due.
+    pub(super) fn timers_deadline(&mut self) -> Option<Nanos> {
         let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
-        earlier(endpoint, self.calls.next_deadline()).is_some_and(|d| d <= now)
+        earlier(endpoint, self.calls.next_deadline())
     }
 
-    /// The earliest of the endpoint's deadline, the calls' deadlines, the receiver's (a
-    /// grace period's end, an event loop's stall check) and the end of a blocked leader's
-    /// wait.
+    /// The earliest of the timers' deadline, the receiver's (a grace period's end, an event
+    /// loop's stall check) and the end of a blocked leader's wait.
     pub(super) fn next_deadline(&mut self) -> Option<Nanos> {
         let leader_until = self.receiver.lead().and_then(|l| l.until);
         let own = earlier(self.receiver.deadline(), leader_until);
-        let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
-        earlier(earlier(endpoint, self.calls.next_deadline()), own)
+        earlier(self.timers_deadline(), own)
     }
 
     /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,

@@ -92,8 +92,7 @@ pub(in crate::transport) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool
                     let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
                         .then(|| u16::from_be_bytes([data[2], data[3]]));
                     let (kind, code) = (e.ee_type, e.ee_code);
-                    let from = std::net::Ipv4Addr::from(u32::from_be(e.ee_info));
-                    tracing::info!(%dest, ?port, kind, code, errno, %from, "ICMP: unreachable");
+                    tracing::info!(%dest, ?port, kind, code, errno, "ICMP: unreachable");
                     r.stats.unreachable += 1;
                     r.unreachable.push_back(Unreachable { peer: dest, port });
                 }
