@@ -11,6 +11,7 @@ use crate::metrics::{Metrics, type_index};
 use crate::msg::incoming::{InMessage, Rejected};
 use crate::msg::outgoing::OutMessage;
 use crate::msg::{Payload, PayloadSlice};
+use crate::overload::Overload;
 use crate::peer::{PeerId, PeerTable};
 use crate::rpc::{Hasher, Rpc, RpcRef, RpcTable, State, TimerState};
 use crate::sched::grant::{GrantCx, Grants};
@@ -27,6 +28,8 @@ pub const MIN_EPHEMERAL_PORT: u16 = 0x8000;
 /// `handle_rpc_unknown`). Three in a row are lost once in 8,000 at 5 % independent loss
 /// (0.05 cubed), the rate `homa-cli/tests/loss.rs` runs at.
 const RESTARTS_THAT_END_SILENCE: u8 = 3;
+/// Doublings of the interval between NEED_ACKs: at most every 2^5 = 32 ticks.
+const NEED_ACK_BACKOFFS: u32 = 5;
 
 /// A packet `poll_transmit` wrote into the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +159,7 @@ pub struct Endpoint {
     peers: PeerTable,
     grants: Grants,
     downlink: Downlink,
+    overload: Overload,
     tx: TxQueues,
     timers: TimerQueue,
     events: VecDeque<Event>,
@@ -193,6 +197,7 @@ impl Endpoint {
             peers: PeerTable::new(config.max_peers, hasher),
             grants: Grants::new(&config),
             downlink: Downlink::new(&config),
+            overload: Overload::default(),
             tx: TxQueues::new(
                 Pacer::new(
                     u64::from(config.max_nic_est_backlog_usecs) * NANOS_PER_USEC,
@@ -636,6 +641,7 @@ impl Endpoint {
             // NEED_ACK starts `request_ack_ticks` after the first tick that sees it done.
             let done = self.tick + 1;
             x.timer.done_tick = Some(done);
+            x.timer.asked = 0;
             self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
         }
         self.refresh_worry(key.rpc);
@@ -979,8 +985,10 @@ impl Endpoint {
         t.silent_since = tick;
         t.asked = 0;
         t.restarts = 0;
+        t.stale_until = 0;
         t.held_level = level;
         t.held_at = self.downlink.held(tick, level);
+        t.excused_at = self.overload.excused();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1321,6 +1329,9 @@ impl Endpoint {
             self.end_rpc(r);
             return;
         }
+        if self.tick < x.timer.stale_until {
+            return; // an answer to a RESEND from before the last restart (see below)
+        }
         if x.state == State::Incoming {
             // The server forgot the RPC while answering it (it gave up waiting for our
             // grants while we were stalled, or it restarted): the rest of the response
@@ -1352,12 +1363,27 @@ impl Endpoint {
         // remains of `timeout_ticks`. So the silence starts over (the module's does not), a
         // few times, as the resent request may be lost too; a server that keeps forgetting
         // the request, and says nothing else, must still time out.
+        //
+        // The RESENDs sent since the first of this silence (or since the last restart) may
+        // still draw RPC_UNKNOWNs, each of which would send the request once more (a client
+        // that read its socket late, after a stall, sent storms of requests). The first
+        // came back within the time since then, so that long from now the rest have: until
+        // then none restarts the RPC, unless the server speaks of it first (then they have
+        // come). At most a quarter of the timeout, as the request resent now may be lost
+        // too, and the next RPC_UNKNOWN then has to count.
+        let tick = self.tick;
+        let first_resend =
+            x.timer.silent_since.max(x.timer.restarted_at) + u64::from(self.config.resend_ticks);
+        let most = u64::from(self.config.timeout_ticks / 4);
+        let quiet = tick.saturating_sub(first_resend).min(most);
         let restarts = x.timer.restarts;
         if restarts < RESTARTS_THAT_END_SILENCE {
             self.reset_silence(r);
         }
         if let Some(x) = self.rpcs.get_mut(r) {
             x.timer.restarts = restarts.saturating_add(1);
+            x.timer.restarted_at = tick;
+            x.timer.stale_until = tick + quiet;
         }
         self.refresh_worry(r);
     }
@@ -1394,6 +1420,16 @@ impl Endpoint {
 
     // ------------------------------------------------------------------ timers
 
+    /// How many arriving packets this host has dropped so far before the endpoint saw them
+    /// (for a socket, `SK_MEMINFO_DROPS`: its receive buffer was full). Tell it before each
+    /// [`handle_timeout`](Self::handle_timeout) if the I/O layer can know: while the count
+    /// grows, RPCs count a tenth of each tick as silence, so an overloaded host drains its
+    /// input before it asks for more, and fails no call whose peer is alive.
+    pub fn note_input_drops(&mut self, now: Instant, dropped: u64) {
+        self.advance(now.as_nanos());
+        self.overload.read(self.tick, dropped);
+    }
+
     /// Runs timer work due at `now`: RESENDs, NEED_ACKs and timeouts. A call with nothing
     /// due changes nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -1422,17 +1458,29 @@ impl Endpoint {
     fn check_rpc_timer(&mut self, r: RpcRef, tick: u64) {
         let Some(x) = self.rpcs.get(r) else { return };
         if let Some(done) = x.timer.done_tick {
-            // A server whose response is out: ask for the ack each tick, within bounds.
-            if tick >= done + u64::from(self.config.request_ack_ticks) {
-                if tick - done >= u64::from(self.config.ack_timeout_ticks) {
-                    self.metrics.server_timeouts += 1;
-                    self.end_rpc(r);
-                    return;
-                }
+            // A server whose response is out asks for the ack `request_ack_ticks` later,
+            // then after 1, 2, 4 ... ticks (at most 32: `NEED_ACK_BACKOFFS`) until
+            // `ack_timeout_ticks`. A client that answers does at once; one that is stalled
+            // with a thousand responses waiting is not sent a thousand NEED_ACKs a tick,
+            // which would overflow its socket when it resumes. (The module asks each tick.)
+            let (first, end) = (
+                done + u64::from(self.config.request_ack_ticks),
+                done + u64::from(self.config.ack_timeout_ticks),
+            );
+            if tick >= end {
+                self.metrics.server_timeouts += 1;
+                self.end_rpc(r);
+                return;
+            }
+            let mut next = first;
+            if tick >= first {
                 let need_ack = x.control(ControlBody::NeedAck);
                 self.push_control(need_ack);
+                let Some(x) = self.rpcs.get_mut(r) else { return };
+                next = tick + (1 << x.timer.asked.min(NEED_ACK_BACKOFFS));
+                x.timer.asked += 1;
             }
-            self.arm(r, tick + 1);
+            self.arm(r, next.min(end));
             return;
         }
         self.refresh_worry(r);
@@ -1440,7 +1488,9 @@ impl Endpoint {
         if !x.timer.worried {
             return;
         }
+        // Less the ticks in which this host dropped input (see `overload`).
         let silent = tick.saturating_sub(x.timer.silent_since);
+        let silent = silent - (self.overload.excused() - x.timer.excused_at).min(silent);
         let c = &self.config;
         // A server waiting for grants hears nothing while its client grants other messages
         // first (more than `max_overcommit` arriving, the rest queued): it keeps its response
@@ -1459,7 +1509,7 @@ impl Endpoint {
             self.fail_or_drop(r, reason);
             return;
         }
-        let (since, asked) = (x.timer.silent_since, x.timer.asked);
+        let asked = x.timer.asked;
         // A RESEND is due resend_ticks into the silence, then every resend_interval, counting
         // neither the ticks in which the downlink may only have queued the awaited bytes
         // (see `downlink`) nor, past half the timeout, any fewer ticks than elapsed: a lost
@@ -1480,7 +1530,7 @@ impl Endpoint {
         }
         // The next due point, if no tick holds the awaited bytes from now on.
         let next_due = resend + due * interval;
-        self.arm(r, (tick + (next_due - waited)).min(since + timeout));
+        self.arm(r, tick + (next_due - waited).min(timeout - silent));
     }
 
     /// Whether an RPC waits on its peer and counts silent ticks (spec §2.6): receiving with

@@ -22,7 +22,9 @@
 //!    one receive call), call `poll_transmit` until it returns `Ok(None)` and `poll_event`
 //!    until it returns `None`;
 //! 2. then read `poll_timeout` and sleep until that time or until a packet arrives;
-//! 3. when the deadline passes, call `handle_timeout(now)` and go to 1.
+//! 3. when the deadline passes, call `handle_timeout(now)` and go to 1. (An I/O layer that
+//!    can count the packets its host dropped, a full socket buffer, says so first with
+//!    [`Endpoint::note_input_drops`].)
 //!
 //! A batch answers its packets together: a run of DATA packets of one message (a GRO
 //! batch) is looked up once and its bookkeeping (the grant decision, the loss timer) done
@@ -96,6 +98,7 @@ mod endpoint;
 pub mod error;
 pub mod metrics;
 mod msg;
+mod overload;
 mod peer;
 mod rpc;
 mod sched;

@@ -179,6 +179,33 @@ fn restarts_late_in_a_silence_each_start_it_over() {
     assert_eq!(net.endpoint(client).rpc_count(), 0);
 }
 
+/// A round trip of 20 ticks, longer than `resend_interval`: when the first RPC_UNKNOWN
+/// arrives, the answers to the RESENDs sent after the first are still on their way. They answer RESENDs from
+/// before the restart and must not restart the RPC again (each restart sends the whole
+/// request once more).
+#[test]
+fn rpc_unknowns_for_resends_before_a_restart_do_not_restart_it_again() {
+    let config = Config::default();
+    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 8);
+    for &(up, down) in &links {
+        net.link_mut(up).delay = 5 * config.tick();
+        net.link_mut(down).delay = 5 * config.tick();
+    }
+    let (client, server) = (hosts[1], hosts[0]);
+    let mut app = Echo::default();
+    let msg = pattern(300, 3);
+    net.link_mut(links[0].1).faults.loss = 1.0; // the request is lost
+    let id = call(&mut net, &mut app, client, ports[1], server, msg.clone());
+    net.run_until(net.now() + 12 * config.tick(), &mut app);
+    net.link_mut(links[0].1).faults.loss = 0.0; // RESENDs from the second on arrive
+    settle(&mut net, &mut app, 1000);
+    assert_eq!(app.failures, vec![]);
+    assert!(app.responses.get(&(client, id)) == Some(&msg));
+    assert!(net.endpoint(server).metrics().packets_out_by_type[3] > 1, "several UNKNOWNs");
+    assert_eq!(net.endpoint(client).metrics().restarts, 1);
+    assert_eq!(net.endpoint(server).metrics().requests_received, 1);
+}
+
 #[test]
 fn a_restarted_server_is_recovered_through_rpc_unknown() {
     let config = Config { link_mbps: 10_000, ..Config::default() };
@@ -254,22 +281,29 @@ fn a_server_whose_client_vanishes_forgets_the_rpc() {
 
 #[test]
 fn a_server_stops_asking_for_an_ack_after_ack_timeout_ticks() {
-    let config = Config { ack_timeout_ticks: 50, ..Config::default() };
-    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 13);
-    let mut app = Echo::default();
-    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(100, 1));
-    while !app.responses.contains_key(&(hosts[1], id)) {
-        net.step(&mut app);
+    for ack_timeout_ticks in [50, 1000] {
+        let config = Config { ack_timeout_ticks, ..Config::default() };
+        let Star { mut net, hosts, ports, links } = star(2, config.clone(), 10, 13);
+        let mut app = Echo::default();
+        let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(100, 1));
+        while !app.responses.contains_key(&(hosts[1], id)) {
+            net.step(&mut app);
+        }
+        // The client got its response, then vanished before acknowledging it.
+        net.link_mut(links[1].0).faults.loss = 1.0;
+        let start = net.now();
+        settle(&mut net, &mut app, u64::from(ack_timeout_ticks) + 100);
+        let server = net.endpoint(hosts[0]);
+        assert_eq!(server.rpc_count(), 0);
+        let need_acks = server.metrics().packets_out_by_type[7];
+        // NEED_ACK from request_ack_ticks after the response, then after 1, 2, 4 ... ticks
+        // (at most 32) until the limit: 6 in 50 ticks, 36 in 1,000 (not one a tick).
+        let (mut at, mut step, mut expected) = (u64::from(config.request_ack_ticks), 1, 0);
+        while at < u64::from(ack_timeout_ticks) {
+            (at, step, expected) = (at + step, (step * 2).min(32), expected + 1);
+        }
+        assert!(need_acks.abs_diff(expected) <= 1, "{need_acks} NEED_ACKs, expected {expected}");
+        let limit = u64::from(ack_timeout_ticks + 2) * config.tick();
+        assert!(net.now() - start <= limit);
     }
-    // The client got its response, then vanished before acknowledging it.
-    net.link_mut(links[1].0).faults.loss = 1.0;
-    let start = net.now();
-    settle(&mut net, &mut app, 1000);
-    let server = net.endpoint(hosts[0]);
-    assert_eq!(server.rpc_count(), 0);
-    let need_acks = server.metrics().packets_out_by_type[7];
-    // NEED_ACK every tick from request_ack_ticks after the response until the limit.
-    let expected = u64::from(config.ack_timeout_ticks - config.request_ack_ticks);
-    assert!(need_acks.abs_diff(expected) <= 1, "{need_acks} NEED_ACKs, expected about {expected}");
-    assert!(net.now() - start <= u64::from(config.ack_timeout_ticks + 2) * config.tick());
 }

@@ -64,17 +64,24 @@ pub(crate) struct TimerState {
     /// Tick at which silent_ticks was last reset (a packet arrived, or the RPC had no reason
     /// to worry). silent_ticks at tick T is `T - silent_since`.
     pub(crate) silent_since: u64,
-    /// RESEND points passed since `silent_since` (one RESEND each, when it may ask).
+    /// RESEND points passed since `silent_since` (one RESEND each, when it may ask); for a
+    /// server whose response is out, the NEED_ACKs sent.
     pub(crate) asked: u32,
     /// The level of the awaited bytes when silence began, and the downlink's count of
     /// ticks that held that level back then (see `downlink`).
     pub(crate) held_level: u8,
     pub(crate) held_at: u64,
+    /// The ticks excused for dropped input (`overload`) when silence began.
+    pub(crate) excused_at: u64,
     /// The RPC is owed data and counts silent ticks.
     pub(crate) worried: bool,
     /// Restarts (RPC_UNKNOWN) since the last DATA, GRANT or BUSY; the first
     /// `RESTARTS_THAT_END_SILENCE` of them each start the silence over.
     pub(crate) restarts: u8,
+    /// The tick of the last restart, and until when RPC_UNKNOWNs answer RESENDs sent
+    /// before it.
+    pub(crate) restarted_at: u64,
+    pub(crate) stale_until: u64,
     /// The tick of the wake-up queued in the timer queue, if any.
     pub(crate) armed_tick: Option<u64>,
     /// Server: first tick after the response was fully sent (for NEED_ACK).

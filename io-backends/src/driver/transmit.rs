@@ -121,7 +121,11 @@ impl Inner {
                 if due.is_some_and(|d| d <= now) && !overdue && behind {
                     deferred = true;
                 } else {
-                    self.endpoint.handle_timeout(Instant::from_nanos(now));
+                    let now = Instant::from_nanos(now);
+                    if let Some(t) = &self.transport {
+                        self.endpoint.note_input_drops(now, t.stats().rx_overflow);
+                    }
+                    self.endpoint.handle_timeout(now);
                 }
                 continue;
             }
