@@ -232,7 +232,8 @@ fn client_report(out: std::process::Output) -> Value {
     // The report (stdout) says which calls failed and why.
     let (stderr, report) =
         (String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-    assert!(out.status.success(), "homa client failed: {stderr}\nits report: {report}");
+    let status = out.status;
+    assert!(status.success(), "homa client failed ({status}): {stderr}\nits report: {report}");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", out.stdout))
 }
 
@@ -336,7 +337,8 @@ fn a_client_stopped_for_a_second_loses_no_rpc() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = Lab::new(2);
-    lab.set_loss(0);
+    // Loss both ways: the resumed client's RESENDs and restarts are lost too.
+    lab.set_loss(5);
     for transport in ["udp", "ip"] {
         let server = Server::start(&lab, transport);
         // 3,000 RPCs at 1,000 a second: the stop lands while hundreds are in flight.
@@ -352,8 +354,12 @@ fn a_client_stopped_for_a_second_loses_no_rpc() {
         std::thread::sleep(std::time::Duration::from_secs(1));
         // SAFETY: as above.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-        let client = client_report(child.wait_with_output().unwrap());
+        let out = child.wait_with_output().unwrap();
         let server = server.stop();
+        if !out.status.success() {
+            eprintln!("the server's side of the failed run: {}", server["metrics"]);
+        }
+        let client = client_report(out);
         check(&format!("{transport}, stopped for 1 s"), &client, &server, 3000, false);
         assert_eq!(n(&client, &["metrics", "core", "client_timeouts"]), 0);
     }
