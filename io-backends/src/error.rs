@@ -23,8 +23,10 @@ pub enum Error {
     /// The destination's address family differs from the socket's (IPv4 vs IPv6).
     #[error("{0} has another address family than this socket")]
     AddressFamily(SocketAddr),
-    /// The destination cannot be reached: no route, or an ICMP error (host, port or
-    /// protocol unreachable) came back.
+    /// The destination cannot be reached: no route, or the peer's host said no Homa
+    /// listens there (ICMP port or protocol unreachable) or a firewall forbids it. (ICMP
+    /// host or network unreachable do not end calls: they may be of a moment, as when
+    /// ARP replies were lost; a peer truly gone is silent, `PeerSilent`.)
     #[error("{0} is unreachable")]
     Unreachable(SocketAddr),
     /// The call's own timeout passed, or no request came within `recv_request_timeout`.

@@ -77,24 +77,37 @@ pub(in crate::transport) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool
                 // Only "destination unreachable" says the peer cannot be reached (the
                 // kernel also reports "time exceeded", a transient routing loop, as
                 // EHOSTUNREACH), and IPv6's "unrecognized next header", its protocol
-                // unreachable: a raw-IP peer without Homa.
-                let (v4, v6) = (libc::SO_EE_ORIGIN_ICMP, libc::SO_EE_ORIGIN_ICMP6);
-                let no_homa = e.ee_origin == v6 && (e.ee_type, e.ee_code) == (4, 1);
-                let unreachable =
-                    (e.ee_origin == v4 && e.ee_type == 3) || (e.ee_origin == v6 && e.ee_type == 1);
+                // unreachable: a raw-IP peer without Homa. And of those only the final
+                // ones: the peer's host says no Homa listens there (protocol or port
+                // unreachable), or a firewall forbids the path. "Host" or "network
+                // unreachable" are not: a router, or this host itself when a neighbour
+                // did not answer ARP or neighbour discovery in time (its replies lost in a
+                // flooded queue while the peer lives), says them of a path that comes
+                // back. As TCP's connections do, the RPCs go on; a peer truly gone is
+                // silent, and they time out.
+                let (v4, v6) = (
+                    e.ee_origin == libc::SO_EE_ORIGIN_ICMP,
+                    e.ee_origin == libc::SO_EE_ORIGIN_ICMP6,
+                );
+                let (icmp_type, code) = (e.ee_type, e.ee_code);
+                let no_homa = v6 && (icmp_type, code) == (4, 1);
+                let unreachable = (v4 && icmp_type == 3) || (v6 && icmp_type == 1);
+                let final_code =
+                    if v4 { matches!(code, 2 | 3 | 9 | 10 | 13) } else { matches!(code, 1 | 4) };
                 let errno = e.ee_errno as i32;
                 if errno == libc::EMSGSIZE {
                     // Refused here (too big for the interface) or by a router (ICMP).
                     allow_fragments(fd, level, dest, e.ee_info);
                 }
-                if no_homa || (unreachable && is_unreachable(errno)) {
+                if no_homa || (unreachable && final_code && is_unreachable(errno)) {
                     // With UDP the port is part of `dest` already.
                     let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
                         .then(|| u16::from_be_bytes([data[2], data[3]]));
-                    let (kind, code) = (e.ee_type, e.ee_code);
-                    tracing::info!(%dest, ?port, kind, code, errno, "ICMP: unreachable");
+                    tracing::info!(%dest, ?port, icmp_type, code, errno, "ICMP: unreachable");
                     r.stats.unreachable += 1;
                     r.unreachable.push_back(Unreachable { peer: dest, port });
+                } else if unreachable {
+                    tracing::info!(%dest, icmp_type, code, errno, "ICMP: unreachable for now");
                 }
             }
             // SAFETY: as above.

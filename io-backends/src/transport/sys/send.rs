@@ -222,6 +222,12 @@ fn send_some(
             }
             // The socket is unusable. (EINVAL is about one datagram, e.g. to port 0: below.)
             libc::EBADF | libc::ENOTSOCK | libc::EFAULT => return Err(err),
+            // Still the error of an ICMP message (another came meanwhile), which the error
+            // queue has judged: the datagrams are lost, not refused for good.
+            _ if pending => {
+                r.stats.tx_dropped += count as u64;
+                (i, retried) = (i + 1, false);
+            }
             _ => {
                 let (d, _) = batch.get(start);
                 for _ in 0..count {
