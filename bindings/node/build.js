@@ -1,15 +1,18 @@
 'use strict';
 // Builds the native module from source with cargo and puts it next to index.js as
 // homa.node: in a checkout, in the repository's workspace; in an installed package, in the
-// crates npm pack put in rust/ (vendor.js). HOMA_NODE_PROFILE picks the cargo profile
-// (default release; scripts/test uses dev); CARGO_TARGET_DIR is honoured (default: the
-// workspace's target directory).
+// crates npm pack put in rust/ (vendor.js), unless npm installed the prebuilt module for
+// this platform (native.js) and no build from source was asked for. HOMA_NODE_PROFILE
+// picks the cargo profile (default release; scripts/test uses dev); CARGO_TARGET_DIR is
+// honoured (default: the workspace's target directory).
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
+const { hasPrebuilt, prebuiltName } = require('./native.js');
 
 const vendored = path.join(__dirname, 'rust');
 const packaged = fs.existsSync(path.join(vendored, 'Cargo.toml'));
+if (packaged && hasPrebuilt() && !process.env.npm_config_build_from_source) process.exit(0);
 const workspace = packaged ? vendored : path.resolve(__dirname, '..', '..');
 const profile = process.env.HOMA_NODE_PROFILE || 'release';
 const target = process.env.CARGO_TARGET_DIR || path.join(workspace, 'target');
@@ -24,7 +27,8 @@ try {
   });
 } catch (e) {
   const why = e.code === 'ENOENT' ? 'cargo was not found: install Rust (https://rustup.rs)' : e.message;
-  console.error(`homa: building the native module failed: ${why}`);
+  const prebuilt = packaged ? `no prebuilt module for this platform (${prebuiltName()}), and ` : '';
+  console.error(`homa: ${prebuilt}building the native module from source failed: ${why}`);
   process.exit(1);
 }
 const built = path.join(target, profile === 'dev' ? 'debug' : profile, 'libhoma_node.so');

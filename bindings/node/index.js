@@ -7,9 +7,8 @@
 
 const net = require('node:net');
 const dns = require('node:dns/promises');
-const path = require('node:path');
 
-const native = require(path.join(__dirname, 'homa.node'));
+const native = require('./native.js').load();
 
 const SEP = '\x1f';
 const MAX_PORT = 32767;
