@@ -20,6 +20,8 @@ message is a read-only ``memoryview`` over the buffer it was received into, not 
 
 from __future__ import annotations
 
+import importlib.metadata as _metadata
+
 from . import wire
 from .errors import (
     AbortedError,
@@ -54,7 +56,7 @@ from ._native import (
 )
 from .aio import AsyncSocket, Opening, open
 
-__version__ = "0.1.0"
+__version__: str = _metadata.version("homa-transport")  # the workspace's (Cargo.toml)
 
 __all__ = [
     "CONFIG_FIELDS",
