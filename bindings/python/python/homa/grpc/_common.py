@@ -1,0 +1,99 @@
+"""What the asyncio and blocking gRPC layers share: targets, metadata, statuses, and how
+Homa's errors read as gRPC statuses."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+
+from .. import errors
+from ._wire import Frame
+
+#: Metadata as grpcio takes and gives it.
+MetadataLike = Iterable[tuple[str, "str | bytes"]]
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def split_target(target: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too; grpcio's ``dns:`` and ``ipv4:`` prefixes are
+    accepted) as a host and a Homa port."""
+    for prefix in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        if target.startswith(prefix):
+            target = target[len(prefix) :]
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"target {target!r}: expected host:port")
+    return host.strip("[]"), int(port)
+
+
+def socket_options(options: Iterable[tuple[str, Any]] | None) -> dict[str, Any]:
+    """The Homa socket's options among a channel's or server's: ``("homa.<name>", value)``
+    for any option of ``homa.open`` (``timeout_ticks``, ``max_message_length``, ...);
+    grpcio's own options are ignored."""
+    return {k.removeprefix("homa."): v for k, v in options or () if k.startswith("homa.")}
+
+
+def user_metadata(metadata: MetadataLike | None) -> list[tuple[str, str | bytes]]:
+    """Checked call metadata: lowercase keys, bytes values only for ``-bin`` keys."""
+    checked: list[tuple[str, str | bytes]] = []
+    for key, value in metadata or ():
+        if key != key.lower() or key.startswith(":") or key.startswith("grpc-"):
+            raise ValueError(f"metadata key {key!r}: lowercase, and not reserved")
+        if key.endswith("-bin") != isinstance(value, bytes):
+            raise TypeError(f"metadata {key!r}: bytes values go with -bin keys, str otherwise")
+        checked.append((key, value))
+    return checked
+
+
+def status_metadata(
+    code: grpc.StatusCode, details: str | None, trailing: MetadataLike | None
+) -> list[tuple[str, str | bytes]]:
+    """Trailing metadata with the status, as gRPC's HTTP/2 mapping writes it."""
+    out: list[tuple[str, str | bytes]] = [("grpc-status", str(code.value[0]))]
+    if details:
+        out.append(("grpc-message", urllib.parse.quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")))
+    out.extend(trailing or ())
+    return out
+
+
+def read_status(frame: Frame) -> tuple[grpc.StatusCode, str, tuple[tuple[str, Any], ...]]:
+    """The status, its details and the rest of a response's trailing metadata."""
+    code, details, rest = grpc.StatusCode.UNKNOWN, "", []
+    for key, value in frame.trailing_metadata or ():
+        if key == "grpc-status" and isinstance(value, str) and value.isdigit():
+            code = _CODES.get(int(value), grpc.StatusCode.UNKNOWN)
+        elif key == "grpc-message" and isinstance(value, str):
+            details = urllib.parse.unquote(value)
+        else:
+            rest.append((key, value))
+    if frame.trailing_metadata is None:
+        details = "the response carries no status"
+    return code, details, tuple(rest)
+
+
+def status_of(error: BaseException, timed_out: bool) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status a Homa error becomes on the client."""
+    if isinstance(error, errors.TimeoutError):
+        if timed_out or error.kind == "timeout":
+            return grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+        return grpc.StatusCode.UNAVAILABLE, f"the server went silent: {error}"
+    if isinstance(error, errors.MessageTooLargeError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
+    if isinstance(error, errors.PeerUnknownError):
+        return grpc.StatusCode.UNAVAILABLE, str(error)
+    if isinstance(error, errors.ShutdownError):
+        return grpc.StatusCode.CANCELLED, "the channel was closed"
+    if isinstance(error, errors.ResourceLimitError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)
+    return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+
+
+def not_streaming(kind: str, method: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{method}: {kind} calls are not carried over Homa yet (homa.grpc carries unary "
+        f"calls, one Homa RPC each); serve this method over grpc.aio meanwhile"
+    )
