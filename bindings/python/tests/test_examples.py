@@ -109,7 +109,7 @@ def test_benchmark_runs(tmp_path: Path) -> None:
     for row in result["rows"]:
         contenders = set(row["results"])
         assert {"homa", "tcp"} <= contenders
-        assert contenders | set(result["skipped"]) == {"homa", "tcp", "grpc", "zmq"}
+        assert contenders | set(result["skipped"]) == {"homa", "tcp", "grpc", "grpc-homa", "zmq"}
         assert set(row["homa_over"]) == contenders - {"homa"}
         for x in row["results"].values():
             assert set(x) == {"calls_per_s", "cpu_us_per_call", "p50_us", "p99_us"}
@@ -125,8 +125,9 @@ def test_benchmark_skips_a_missing_peer(tmp_path: Path) -> None:
     path = os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH")) if p)
     result, stderr = run_benchmark(tmp_path, "--workload", "small", PYTHONPATH=path)
     assert "skipping grpc: grpcio is not importable" in stderr
+    assert "skipping grpc-homa: grpcio is not importable" in stderr
     assert "skipping zmq: pyzmq is not importable" in stderr
-    assert set(result["skipped"]) == {"grpc", "zmq"}
+    assert set(result["skipped"]) == {"grpc", "grpc-homa", "zmq"}
     assert set(result["rows"][0]["results"]) == {"homa", "tcp"}
 
 

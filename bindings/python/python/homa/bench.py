@@ -2,7 +2,7 @@
 streams, grpc.aio, pyzmq), every server echoing the request, interleaved in one run so that
 all contenders see the same machine.
 
-    python -m homa.bench [--workload small,1mb,tensor] [--contender homa,tcp,grpc,zmq]
+    python -m homa.bench [--workload small,1mb,tensor] [--contender homa,tcp,grpc,grpc-homa,zmq]
                          [--rounds 3] [--seconds 0.5] [--json FILE]
 
 Workloads (the response is the request's bytes, echoed):
@@ -15,9 +15,11 @@ Contenders:
   homa    one socket; the callers are tasks sharing it
   tcp     asyncio streams, a 4-byte length before each message; one connection per caller
   grpc    grpc.aio, one channel; a generic unary-unary method on raw bytes (no protobuf)
+  grpc-homa  the same gRPC server and client code over Homa (homa.grpc.aio), both ends'
+          max_message_length raised to 8 MiB (a 1,000,000-byte message and its gRPC frame)
   zmq     zmq.asyncio, one DEALER socket against a ROUTER server; a request id sent with
           each message hands the replies to their callers
-grpc and zmq are optional (pip install 'homa-transport[bench]'): one whose package cannot
+grpc, grpc-homa and zmq are optional (pip install 'homa-transport[bench]'): one whose package cannot
 be imported is skipped with a note.
 
 The servers run in a child process with its own event loop; this process is the client.
@@ -35,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import json
@@ -61,9 +64,13 @@ if TYPE_CHECKING:
 
 Message = Union[bytes, memoryview]
 
-CONTENDERS = ("homa", "tcp", "grpc", "zmq")
+CONTENDERS = ("homa", "tcp", "grpc", "grpc-homa", "zmq")
 #: The optional contenders: the module each needs and the distribution that provides it.
-PEER_PACKAGES = {"grpc": ("grpc.aio", "grpcio"), "zmq": ("zmq.asyncio", "pyzmq")}
+PEER_PACKAGES = {
+    "grpc": ("grpc.aio", "grpcio"),
+    "grpc-homa": ("grpc.aio", "grpcio"),
+    "zmq": ("zmq.asyncio", "pyzmq"),
+}
 WORKLOADS = ("small", "1mb", "tensor")
 ONE_MB = 1_000_000
 TENSOR_SHAPE = (1024, 1024)  # float32: 4 MiB
@@ -76,6 +83,8 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", LARGEST),
 ]
 GRPC_SERVICE, GRPC_METHOD = "homa.bench.Echo", "Call"
+#: grpc-homa's Homa sockets, given as gRPC options.
+GRPC_HOMA_OPTIONS = [("homa.max_message_length", TENSOR_MAX_MESSAGE_LENGTH)]
 HEADER = struct.Struct("<I")
 WARM_UP_SECONDS = 0.1
 
@@ -184,13 +193,18 @@ async def tcp_server(host: str) -> tuple[int, Closer]:
     return server.sockets[0].getsockname()[1], close
 
 
-async def grpc_server(host: str) -> tuple[int, Closer]:
+async def grpc_server(host: str, over_homa: bool = False) -> tuple[int, Closer]:
     import grpc
 
     async def echo(request: bytes, context: object) -> bytes:
         return request
 
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    if over_homa:
+        import homa.grpc.aio
+
+        server = homa.grpc.aio.server(options=GRPC_HOMA_OPTIONS)
+    else:
+        server = grpc.aio.server(options=GRPC_OPTIONS)
     # No (de)serializers: the handler takes and returns the raw bytes.
     method = grpc.unary_unary_rpc_method_handler(echo)
     server.add_generic_rpc_handlers(
@@ -241,7 +255,12 @@ async def start_servers(
         if "tensor" in workloads:
             options = {**homa_options, "max_message_length": TENSOR_MAX_MESSAGE_LENGTH}
             servers["homa_tensor"] = await homa_server(host, **options)
-    starts = {"tcp": tcp_server, "grpc": grpc_server, "zmq": zmq_server}
+    starts: dict[str, Callable[[str], Awaitable[tuple[int, Closer]]]] = {
+        "tcp": tcp_server,
+        "grpc": grpc_server,
+        "grpc-homa": functools.partial(grpc_server, over_homa=True),
+        "zmq": zmq_server,
+    }
     for name in contenders:
         if name in starts:
             servers[name] = await starts[name](host)
@@ -366,10 +385,15 @@ class TcpClient:
 class GrpcClient:
     """Callers are tasks sharing one channel (one HTTP/2 connection, a stream per call)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, over_homa: bool = False) -> None:
         import grpc
 
-        self.channel = grpc.aio.insecure_channel(f"{host}:{port}", options=GRPC_OPTIONS)
+        if over_homa:
+            import homa.grpc.aio
+
+            self.channel = homa.grpc.aio.insecure_channel(f"{host}:{port}", options=GRPC_HOMA_OPTIONS)
+        else:
+            self.channel = grpc.aio.insecure_channel(f"{host}:{port}", options=GRPC_OPTIONS)
         # No (de)serializers: requests and responses are the raw bytes.
         self.echo = self.channel.unary_unary(f"/{GRPC_SERVICE}/{GRPC_METHOD}")
 
@@ -436,7 +460,7 @@ async def open_clients(
     """A client for each server in `ports`, by the same key."""
     clients: dict[str, Client] = {}
     for key, port in ports.items():
-        if key.startswith("homa"):
+        if key in ("homa", "homa_tensor"):
             options = dict(homa_options)
             if key == "homa_tensor":
                 options["max_message_length"] = TENSOR_MAX_MESSAGE_LENGTH
@@ -445,6 +469,8 @@ async def open_clients(
             clients[key] = TcpClient(host, port)
         elif key == "grpc":
             clients[key] = GrpcClient(host, port)
+        elif key == "grpc-homa":
+            clients[key] = GrpcClient(host, port, over_homa=True)
         else:
             clients[key] = ZmqClient(host, port)
     return clients
