@@ -157,7 +157,7 @@ class _UnaryUnary:
             initial.append(("grpc-timeout", _wire.timeout_header(timeout)))
         initial.extend(_common.user_metadata(metadata))
         payload = self._serialize(request) if self._serialize else request
-        frame = _wire.Frame(next(self._channel._ids), 1, True, initial, None, payload)
+        frame = _wire.Frame(next(self._channel._ids) & 0xFFFF_FFFF, 1, True, initial, None, payload)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             sock = self._channel._sock()

@@ -121,7 +121,7 @@ class UnaryUnaryMultiCallable:
             initial.append(("grpc-timeout", _wire.timeout_header(timeout)))
         initial.extend(_common.user_metadata(metadata))
         payload = self._serialize(request) if self._serialize else request
-        frame = _wire.Frame(next(self._channel._ids), 1, True, initial, None, payload)
+        frame = _wire.Frame(next(self._channel._ids) & 0xFFFF_FFFF, 1, True, initial, None, payload)
         return UnaryUnaryCall(self._channel, frame, timeout, self._deserialize)
 
 
