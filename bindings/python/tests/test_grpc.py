@@ -27,6 +27,8 @@ from conftest import SLACK  # noqa: E402
 OPTIONS = [(f"homa.{k}", v) for k, v in SLACK.items()]
 
 PROTOS = Path(__file__).parent / "protos"
+#: The Open Inference Protocol's subset, which the embedding example serves too.
+EXAMPLE_PROTOS = Path(__file__).parents[1] / "examples" / "protos"
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +37,9 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from grpc_tools import protoc
 
     out = tmp_path_factory.mktemp("generated")
-    for proto in ("homatest.proto", "inference.proto"):
-        args = ["protoc", f"-I{PROTOS}", f"--python_out={out}", f"--grpc_python_out={out}"]
-        assert protoc.main([*args, str(PROTOS / proto)]) == 0, proto
+    for proto in (PROTOS / "homatest.proto", EXAMPLE_PROTOS / "inference.proto"):
+        args = ["protoc", f"-I{proto.parent}", f"--python_out={out}", f"--grpc_python_out={out}"]
+        assert protoc.main([*args, str(proto)]) == 0, proto
     sys.path.insert(0, str(out))
     try:
         names = ("homatest_pb2", "homatest_pb2_grpc", "inference_pb2", "inference_pb2_grpc")
