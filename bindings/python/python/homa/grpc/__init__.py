@@ -86,9 +86,7 @@ class Channel:
     def _sock(self) -> _native.Socket:
         with self._lock:
             if self._socket is None:
-                loopback = self._host in ("localhost", "127.0.0.1", "::1")
-                host = self._host if loopback else ("::" if ":" in self._host else "0.0.0.0")
-                self._socket = _native.Socket(None, host, **self._options)
+                self._socket = _native.Socket(None, _common.client_host(self._host), **self._options)
             return self._socket
 
     def unary_unary(
@@ -100,14 +98,14 @@ class Channel:
     ) -> _UnaryUnary:
         return _UnaryUnary(self, method, request_serializer, response_deserializer)
 
-    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return aio._Streaming("unary-stream", method)
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
+        return _common.Streaming("unary-stream", method)
 
-    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return aio._Streaming("stream-unary", method)
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
+        return _common.Streaming("stream-unary", method)
 
-    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return aio._Streaming("stream-stream", method)
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
+        return _common.Streaming("stream-stream", method)
 
     def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
         callback(grpc.ChannelConnectivity.READY)
@@ -152,12 +150,10 @@ class _UnaryUnary:
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> tuple[Any, Any]:
-        initial: list[tuple[str, str | bytes]] = [(":path", self._method)]
-        if timeout is not None:
-            initial.append(("grpc-timeout", _wire.timeout_header(timeout)))
-        initial.extend(_common.user_metadata(metadata))
         payload = self._serialize(request) if self._serialize else request
-        frame = _wire.Frame(next(self._channel._ids) & 0xFFFF_FFFF, 1, True, initial, None, payload)
+        frame = _common.request_frame(
+            next(self._channel._ids), self._method, payload, timeout, metadata
+        )
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             sock = self._channel._sock()

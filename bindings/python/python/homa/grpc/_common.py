@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
 from .. import errors
-from ._wire import Frame
+from ._wire import Frame, timeout_header
 
 #: Metadata as grpcio takes and gives it.
 MetadataLike = Iterable[tuple[str, "str | bytes"]]
@@ -92,8 +92,40 @@ def status_of(error: BaseException, timed_out: bool) -> tuple[grpc.StatusCode, s
     return grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
 
 
-def not_streaming(kind: str, method: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{method}: {kind} calls are not carried over Homa yet (homa.grpc carries unary "
-        f"calls, one Homa RPC each); serve this method over grpc.aio meanwhile"
-    )
+def client_host(target_host: str) -> str:
+    """The address a channel's Homa socket binds: the loopback one for a loopback target,
+    else any address of the target's family."""
+    if target_host in ("localhost", "127.0.0.1", "::1"):
+        return target_host
+    return "::" if ":" in target_host else "0.0.0.0"
+
+
+def request_frame(
+    stream_id: int,
+    method: str,
+    payload: bytes,
+    timeout: float | None,
+    metadata: MetadataLike | None,
+) -> Frame:
+    """A call's request: the method, its deadline and the caller's metadata, the message.
+    (Stream ids wrap at 32 bits, the field's width.)"""
+    initial: list[tuple[str, str | bytes]] = [(":path", method)]
+    if timeout is not None:
+        initial.append(("grpc-timeout", timeout_header(timeout)))
+    initial.extend(user_metadata(metadata))
+    return Frame(stream_id & 0xFFFF_FFFF, 1, True, initial, None, payload)
+
+
+class Streaming:
+    """A streaming method's multi-callable: generated stubs make one for every method, so
+    it exists; calling it says what is missing."""
+
+    def __init__(self, kind: str, method: str) -> None:
+        self._kind, self._method = kind, method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(
+            f"{self._method}: {self._kind} calls are not carried over Homa yet (homa.grpc "
+            f"carries unary calls, one Homa RPC each); serve this method over grpc.aio "
+            f"meanwhile"
+        )

@@ -27,11 +27,6 @@ from ._common import MetadataLike
 Serializer = Callable[[Any], bytes] | None
 
 
-class AioRpcError(grpc.aio.AioRpcError):  # type: ignore[misc]
-    """A call that ended with a status other than OK (a ``grpc.RpcError``, with ``code()``,
-    ``details()``, ``initial_metadata()`` and ``trailing_metadata()``)."""
-
-
 class Channel:
     """What ``insecure_channel`` returns: generated ``*Stub`` classes take it as they take a
     ``grpc.aio.Channel``. One Homa client socket, opened at the first call; ``options`` may
@@ -47,8 +42,7 @@ class Channel:
     async def _sock(self) -> AsyncSocket:
         if self._socket is None:
             if self._opening is None:
-                loopback = self._host in ("localhost", "127.0.0.1", "::1")
-                host = self._host if loopback else ("::" if ":" in self._host else "0.0.0.0")
+                host = _common.client_host(self._host)
                 self._opening = asyncio.ensure_future(open_socket(host=host, **self._options))
             self._socket = await self._opening
         return self._socket
@@ -62,14 +56,14 @@ class Channel:
     ) -> UnaryUnaryMultiCallable:
         return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer)
 
-    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _Streaming:
-        return _Streaming("unary-stream", method)
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
+        return _common.Streaming("unary-stream", method)
 
-    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> _Streaming:
-        return _Streaming("stream-unary", method)
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
+        return _common.Streaming("stream-unary", method)
 
-    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _Streaming:
-        return _Streaming("stream-stream", method)
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
+        return _common.Streaming("stream-stream", method)
 
     async def channel_ready(self) -> None:
         await self._sock()
@@ -87,14 +81,6 @@ class Channel:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-class _Streaming:
-    def __init__(self, kind: str, method: str) -> None:
-        self._kind, self._method = kind, method
-
-    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise _common.not_streaming(self._kind, self._method)
 
 
 class UnaryUnaryMultiCallable:
@@ -116,12 +102,10 @@ class UnaryUnaryMultiCallable:
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> UnaryUnaryCall:
-        initial: list[tuple[str, str | bytes]] = [(":path", self._method)]
-        if timeout is not None:
-            initial.append(("grpc-timeout", _wire.timeout_header(timeout)))
-        initial.extend(_common.user_metadata(metadata))
         payload = self._serialize(request) if self._serialize else request
-        frame = _wire.Frame(next(self._channel._ids) & 0xFFFF_FFFF, 1, True, initial, None, payload)
+        frame = _common.request_frame(
+            next(self._channel._ids), self._method, payload, timeout, metadata
+        )
         return UnaryUnaryCall(self._channel, frame, timeout, self._deserialize)
 
 
@@ -163,10 +147,10 @@ class UnaryUnaryCall:
     def _expired(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
-    def _error(self) -> AioRpcError:
+    def _error(self) -> grpc.aio.AioRpcError:
         code = self._code or grpc.StatusCode.UNKNOWN
         meta = grpc.aio.Metadata
-        return AioRpcError(code, meta(*self._initial), meta(*self._trailing), self._details)
+        return grpc.aio.AioRpcError(code, meta(*self._initial), meta(*self._trailing), self._details)
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self._task.__await__()
