@@ -18,6 +18,9 @@ export interface OpenOptions {
    * anything is pending, instead of sleeping; default 0.05, backing off while it does not
    * pay; 0: off. */
   busyPollMs?: number;
+  /** Share the UDP port with other server sockets (SO_REUSEPORT): the kernel spreads clients
+   * over them. Such a socket cannot make calls (HomaError kind 'shared_port'). */
+  reusePort?: boolean;
   /** Config fields by name (`max_message_length`, `timeout_ticks`, ...; see `configFields`). */
   [config: string]: number | number[] | string | null | undefined;
 }

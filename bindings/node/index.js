@@ -125,7 +125,9 @@ async function resolve(host, family) {
  * arrives, while anything is pending, the event loop polls instead of sleeping, so a quick
  * response is handled without a wake-up (as the Linux module's recvmsg busy-polls). It
  * adapts: a window that ends without a packet, when none comes within four windows either,
- * makes the next 1, 2, 4, ... up to 1,024 chances to poll pass. Other
+ * makes the next 1, 2, 4, ... up to 1,024 chances to poll pass. `reusePort: true` (UDP
+ * servers only) lets several processes serve one port, the kernel spreading clients over
+ * them; such a socket cannot make calls (kind 'shared_port'). Other
  * options are Config fields by name (`max_message_length`, `timeout_ticks`, ...; see
  * `configFields`).
  */
@@ -133,7 +135,11 @@ async function open(options = {}) {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`the options must be an object, not ${describe(options)}`);
   }
-  const { port, host = '0.0.0.0', transport = 'udp', busyPollMs, ...config } = options;
+  const { port, host = '0.0.0.0', transport = 'udp', busyPollMs, reusePort = false, ...config } =
+    options;
+  if (typeof reusePort !== 'boolean') {
+    throw new TypeError(`reusePort must be a boolean, not ${describe(reusePort)}`);
+  }
   if (busyPollMs !== undefined && typeof busyPollMs !== 'number') {
     throw new TypeError(`busyPollMs must be a number of milliseconds, not ${describe(busyPollMs)}`);
   }
@@ -151,7 +157,7 @@ async function open(options = {}) {
   }
   const ip = net.isIP(host) ? host : await resolve(host, 4).catch(() => resolve(host, 6));
   const sock = native_(() =>
-    native.NativeSocket.open(port ?? null, ip, transport, busyPollMs ?? null, config));
+    native.NativeSocket.open(port ?? null, ip, transport, busyPollMs ?? null, reusePort, config));
   return new Socket(sock);
 }
 

@@ -59,6 +59,11 @@ pub enum Error {
     /// A `Config` value is out of range, or the transport cannot carry packets of `mtu`.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// [`Builder::reuse_port`](crate::Builder::reuse_port) misused: a socket that shares its
+    /// port cannot make calls (a response may reach another socket of the port), and only
+    /// a UDP server socket can share its port.
+    #[error("{0}")]
+    SharedPort(&'static str),
     /// [`Socket::poller`](crate::Socket::poller): an event loop drives this socket already
     /// (drop its [`Poller`](crate::Poller) first).
     #[error("an event loop drives this socket already")]
@@ -72,7 +77,7 @@ impl Error {
     /// The error's kind, as every binding names it: the endpoint's ([`ApiError::name`],
     /// e.g. `"port_in_use"`, `"message_length"`) or `"address_family"`, `"unreachable"`,
     /// `"timed_out"`, `"peer_silent"`, `"aborted"`, `"shutdown"`, `"missing_capability"`, `"config"`,
-    /// `"poller_exists"`, `"io"`.
+    /// `"shared_port"`, `"poller_exists"`, `"io"`.
     pub fn name(&self) -> &'static str {
         match self {
             Error::Api(e) => e.name(),
@@ -84,6 +89,7 @@ impl Error {
             Error::Shutdown => "shutdown",
             Error::MissingCapability { .. } => "missing_capability",
             Error::Config(_) => "config",
+            Error::SharedPort(_) => "shared_port",
             Error::PollerExists => "poller_exists",
             Error::Io(_) => "io",
         }

@@ -74,7 +74,7 @@ pub struct NativeSocket {
 impl NativeSocket {
     /// Opens a socket: a server on `port` of `host`, or (no port) a client. `config` is an
     /// object of `Config` fields by name; `busy_poll_ms` the busy-polling window (0: off;
-    /// none: homa-io's default).
+    /// none: homa-io's default); `reuse_port` shares the UDP port with other sockets.
     #[napi(factory)]
     pub fn open(
         env: &Env,
@@ -82,6 +82,7 @@ impl NativeSocket {
         host: String,
         transport: String,
         busy_poll_ms: Option<f64>,
+        reuse_port: bool,
         config: Unknown<'_>,
     ) -> Result<NativeSocket> {
         let spin = busy_poll_ms
@@ -97,7 +98,8 @@ impl NativeSocket {
         let fields = unsafe { value::from_js(env.raw(), config.raw(), "config")? };
         convert::apply_config(&mut c, &fields)?;
         let (mtu, link_mbps) = (c.mtu, c.link_mbps);
-        let mut builder = homa_io::Socket::builder().transport(kind).config(c);
+        let mut builder =
+            homa_io::Socket::builder().transport(kind).config(c).reuse_port(reuse_port);
         // Given ones win; the others come from the interface the socket sends by.
         if convert::given(&fields, "mtu") {
             builder = builder.mtu(mtu);

@@ -143,6 +143,33 @@ test('a closed port is refused at once, and the socket goes on', async () => {
   await serving;
 });
 
+test('reusePort: two servers share a port and serve; they cannot call', async () => {
+  const port = freePort();
+  const servers = [];
+  for (const n of [0, 1]) {
+    const server = await homa.open({ port, host: LOCAL, reusePort: true, ...PATIENT });
+    servers.push({ server, serving: server.serve(() => Buffer.from([n])) });
+  }
+  await assert.rejects(homa.open({ port, host: LOCAL, ...PATIENT }), { kind: 'port_in_use' });
+  // 32 clients, each its own UDP port: the kernel's hash gives each server some.
+  const answered = new Set();
+  for (let i = 0; i < 32; i++) {
+    const client = await homa.open({ host: LOCAL, ...PATIENT });
+    answered.add((await client.call(`${LOCAL}:${port}`, Buffer.from('who'), { timeoutMs: 5000 }))[0]);
+    client.close();
+  }
+  assert.deepEqual([...answered].sort(), [0, 1]);
+  await assert.rejects(servers[0].server.call(`${LOCAL}:${port}`, Buffer.from('x')), {
+    code: 'EINVAL',
+    kind: 'shared_port',
+  });
+  await assert.rejects(homa.open({ host: LOCAL, reusePort: 'yes' }), TypeError);
+  for (const { server, serving } of servers) {
+    server.close();
+    await serving;
+  }
+});
+
 test('close fails pending calls and ends requests()', async () => {
   const server = await homa.open({ port: freePort(), host: LOCAL, ...PATIENT });
   const client = await homa.open({ host: LOCAL, ...PATIENT });

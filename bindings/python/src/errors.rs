@@ -58,6 +58,7 @@ pub(crate) fn io(py: Python<'_>, e: homa_io::Error) -> PyErr {
     let message = e.to_string();
     match e {
         E::AddressFamily(_) => new(py, "InvalidArgumentError", Some("address_family"), message),
+        E::SharedPort(_) => new(py, "InvalidArgumentError", Some("shared_port"), message),
         E::Unreachable(_) => new(py, "UnreachableError", None, message),
         E::TimedOut => new(py, "TimeoutError", None, message),
         E::PeerSilent(_) => new(py, "TimeoutError", Some("peer_silent"), message),

@@ -65,7 +65,9 @@ fn seconds(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Durati
 /// make calls. ``port=None``: a client with an ephemeral port. Keyword arguments set
 /// ``Config`` fields by the module's tunable names; ``busy_poll`` (seconds; default 50 µs,
 /// adaptive; 0: never) is how long a blocked thread polls before it sleeps; ``allow`` is a
-/// list of CIDR prefixes to accept packets from.
+/// list of CIDR prefixes to accept packets from. ``reuse_port=True`` (UDP servers only) lets
+/// several processes serve one port, the kernel spreading clients over them; such a socket
+/// cannot make calls (see :func:`homa.workers.run`).
 ///
 /// Blocking methods release the GIL while they wait. Use it as a context manager, or call
 /// :meth:`close`.
@@ -113,7 +115,8 @@ fn log_warnings(py: Python<'_>, warnings: Vec<String>) {
 #[pymethods]
 impl Socket {
     #[new]
-    #[pyo3(signature = (port = None, host = "0.0.0.0", transport = "udp", *, busy_poll = None, allow = None, **config))]
+    #[pyo3(signature = (port = None, host = "0.0.0.0", transport = "udp", *, busy_poll = None, allow = None, reuse_port = false, **config))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         port: Option<&Bound<'_, PyAny>>,
@@ -121,6 +124,7 @@ impl Socket {
         transport: &str,
         busy_poll: Option<&Bound<'_, PyAny>>,
         allow: Option<Vec<String>>,
+        reuse_port: bool,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let ip = convert::bind_ip(py, host)?;
@@ -131,7 +135,8 @@ impl Socket {
         let given = |name: &str| config.is_some_and(|d| d.contains(name).unwrap_or(false));
         let (mtu, link_mbps) =
             (given("mtu").then_some(c.mtu), given("link_mbps").then_some(c.link_mbps));
-        let mut builder = homa_io::Socket::builder().transport(kind).config(c);
+        let mut builder =
+            homa_io::Socket::builder().transport(kind).config(c).reuse_port(reuse_port);
         // Given ones win; the others come from the interface the socket sends by.
         if let Some(mtu) = mtu {
             builder = builder.mtu(mtu);

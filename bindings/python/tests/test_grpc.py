@@ -21,7 +21,7 @@ grpc_tools = pytest.importorskip("grpc_tools")
 
 import homa.grpc  # noqa: E402
 import homa.grpc.aio  # noqa: E402
-from conftest import SLACK  # noqa: E402
+from conftest import SLACK, free_port  # noqa: E402
 
 #: Homa's socket options for these tests (see conftest.SLACK), as channel and server options.
 OPTIONS = [(f"homa.{k}", v) for k, v in SLACK.items()]
@@ -287,6 +287,31 @@ def test_the_blocking_channel(run: Callable[[Any], Any], generated: Any) -> None
         result = await asyncio.get_running_loop().run_in_executor(None, blocking)
         assert result == (b"sync", ["x-a='1'"], grpc.StatusCode.NOT_FOUND, "no")
         await server.stop(None)
+
+    run(main())
+
+
+def test_grpc_so_reuseport_lets_servers_share_a_port(run: Callable[[Any], Any], generated: Any) -> None:
+    """grpcio's option, as its multiprocessing example passes it: servers (here two in one
+    process) share the port and both serve; a server without it cannot join them."""
+
+    async def main() -> None:
+        pb, stubs = generated["homatest_pb2"], generated["homatest_pb2_grpc"]
+        port = free_port()
+        servers = []
+        for _ in range(2):
+            server = homa.grpc.aio.server(options=[*OPTIONS, ("grpc.so_reuseport", 1)])
+            stubs.add_ProbeServicer_to_server(probe_servicer(generated), server)
+            assert server.add_insecure_port(f"127.0.0.1:{port}") == port
+            await server.start()
+            servers.append(server)
+        with pytest.raises(homa.PortInUseError):
+            homa.grpc.aio.server(options=OPTIONS).add_insecure_port(f"127.0.0.1:{port}")
+        async with homa.grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
+            reply = await stubs.ProbeStub(channel).Echo(pb.EchoRequest(data=b"shared"))
+            assert reply.data == b"shared"
+        for server in servers:
+            await server.stop(None)
 
     run(main())
 

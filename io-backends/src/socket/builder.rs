@@ -11,7 +11,7 @@ use homa_core::{ApiError, Config, ConfigError, Endpoint, MIN_EPHEMERAL_PORT};
 use super::{Socket, claim_raw_port, path, raw_ports, release_raw_port};
 use crate::cidr::Cidr;
 use crate::driver::{DEFAULT_SPIN, Shared};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transport::{self, TransportKind};
 
 /// Options for opening a [`Socket`]: transport, MTU, link rate, busy polling, allow-list,
@@ -33,6 +33,7 @@ pub struct Builder {
     link_mbps: Option<u32>,
     busy_poll: Option<Duration>,
     allow: Vec<Cidr>,
+    reuse_port: bool,
 }
 
 impl Builder {
@@ -96,6 +97,25 @@ impl Builder {
         self
     }
 
+    /// Lets several server sockets, in this or other processes of the same user, bind the
+    /// same UDP port (SO_REUSEPORT): the kernel hands each client's packets to one of them,
+    /// chosen by a hash of the client's address and port, so several worker processes can
+    /// serve one Homa port. When a worker exits or joins, the kernel moves some clients to
+    /// other workers. Their calls in flight still complete: a server that does not know an
+    /// RPC makes its client send the request again (Homa's restart), so a request whose
+    /// worker died runs again on another one; make handlers safe to run twice.
+    ///
+    /// Such a socket serves only: a response to a call it made could reach another worker,
+    /// so [`Socket::call`] and its kin fail with [`Error::SharedPort`]. UDP only. Its
+    /// receive path polls instead of blocking in the kernel (a wake-up datagram could reach
+    /// another worker too).
+    ///
+    /// [`Error::SharedPort`]: crate::Error::SharedPort
+    pub fn reuse_port(mut self, reuse: bool) -> Builder {
+        self.reuse_port = reuse;
+        self
+    }
+
     /// A server socket: accepts requests on Homa port `addr.port()` (1..=32767). With UDP
     /// the UDP socket binds `addr` itself; with raw IP only `addr.ip()` is bound and the
     /// port lives in the Homa header. Can also make calls.
@@ -110,17 +130,24 @@ impl Builder {
     /// A client socket on local address `local` (e.g. `Ipv4Addr::UNSPECIFIED`), with an
     /// ephemeral Homa port (and UDP port). It can call peers of `local`'s address family.
     pub fn client(self, local: impl Into<IpAddr>) -> Result<Socket> {
+        if self.reuse_port {
+            return Err(Error::SharedPort("a client socket cannot share its port: bind one"));
+        }
         self.open(SocketAddr::new(local.into(), 0), None)
     }
 
     fn open(self, local: SocketAddr, server: Option<u16>) -> Result<Socket> {
+        if self.reuse_port && self.kind.is_ip() {
+            let why = "only UDP sockets can share a port (reuse_port); raw IP ones cannot";
+            return Err(Error::SharedPort(why));
+        }
         if self.kind.is_ip()
             && let Some(port) = server
             && raw_ports().contains(&port)
         {
             return Err(ApiError::PortInUse(port).into());
         }
-        let transport = transport::open(self.kind, local)?;
+        let transport = transport::open(self.kind, local, self.reuse_port)?;
         let mut config = self.config;
         config.outer_header_bytes = transport.outer_header_bytes();
         fit_path(&mut config, self.mtu, self.link_mbps, local, transport.max_packet_len());
@@ -170,7 +197,8 @@ impl Builder {
         };
         let raw_port = Mutex::new(claim);
         let thread = Mutex::new(Some(thread));
-        Ok(Socket { shared, thread, local, port, kind, mtu, link_mbps, raw_port })
+        let shared_port = self.reuse_port;
+        Ok(Socket { shared, thread, local, port, kind, mtu, link_mbps, raw_port, shared_port })
     }
 }
 

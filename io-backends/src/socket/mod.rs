@@ -107,6 +107,8 @@ pub struct Socket {
     link_mbps: u32,
     /// The raw-IP Homa port this socket holds in [`RAW_PORTS`], until shutdown.
     raw_port: Mutex<Option<u16>>,
+    /// Opened with [`Builder::reuse_port`]: serves only.
+    shared_port: bool,
 }
 
 impl Socket {
@@ -176,6 +178,7 @@ impl Socket {
         message: impl Into<Payload>,
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>> {
+        self.may_call()?;
         self.shared.call(self.port, dest, message.into(), timeout)
     }
 
@@ -252,6 +255,7 @@ impl Socket {
         lead: bool,
         wait: bool,
     ) -> Result<Call> {
+        self.may_call()?;
         let (started, leading) = self.shared.with(|inner, now| {
             let leading = lead && self.shared.claim(inner);
             if leading {
@@ -272,6 +276,16 @@ impl Socket {
         })?;
         let shared = Arc::clone(&self.shared);
         Ok(Call { shared, id, completion, leading, done: false })
+    }
+
+    fn may_call(&self) -> Result<()> {
+        match self.shared_port {
+            true => Err(Error::SharedPort(
+                "a socket that shares its port (reuse_port) cannot make calls: the response \
+                 could reach another socket of the port; make calls from a client socket",
+            )),
+            false => Ok(()),
+        }
     }
 
     /// Aborts call `id` ([`Call::id`]): it fails with [`Error::Aborted`]. The server is not

@@ -89,13 +89,18 @@ impl FromStr for TransportKind {
     }
 }
 
-/// Opens a transport of `kind` bound to `local` (for raw IP only its address counts).
+/// Opens a transport of `kind` bound to `local` (for raw IP only its address counts); a
+/// UDP one with `reuse_port` shares its port (see [`SocketTransport::udp`]).
 /// An io_uring kind whose ring cannot be set up falls back to the plain socket and logs why
 /// (`tracing` warning); [`Transport::kind`] tells which one you got.
-pub fn open(kind: TransportKind, local: SocketAddr) -> Result<Box<dyn Transport>> {
+pub fn open(
+    kind: TransportKind,
+    local: SocketAddr,
+    reuse_port: bool,
+) -> Result<Box<dyn Transport>> {
     let plain = match kind.plain() {
         TransportKind::Ip => SocketTransport::ip(local.ip())?,
-        _ => SocketTransport::udp(local)?,
+        _ => SocketTransport::udp(local, reuse_port)?,
     };
     if kind == kind.plain() {
         return Ok(Box::new(plain));

@@ -87,14 +87,21 @@ pub struct SocketTransport {
     kick_from: Option<SocketAddr>,
     /// The receive buffer the kernel granted, in bytes of datagrams.
     rcvbuf: usize,
+    /// SO_REUSEPORT is on: other sockets may share the port.
+    shared_port: bool,
 }
 
 impl SocketTransport {
     /// A UDP socket bound to `local` (port 0: any free port). IPv6 sockets are IPv6-only.
-    pub fn udp(local: SocketAddr) -> Result<SocketTransport> {
+    /// With `reuse_port` (SO_REUSEPORT), sockets of the same user may bind the same port,
+    /// and the kernel spreads the peers over them by a hash of their addresses.
+    pub fn udp(local: SocketAddr, reuse_port: bool) -> Result<SocketTransport> {
         let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
         if local.is_ipv6() {
             socket.set_only_v6(true)?;
+        }
+        if reuse_port {
+            socket.set_reuse_port(true)?;
         }
         socket.bind(&local.into()).map_err(|e| match e.raw_os_error() {
             Some(libc::EADDRINUSE) => ApiError::PortInUse(local.port()).into(),
@@ -170,6 +177,7 @@ impl SocketTransport {
         let gro = Arc::new(Gro(AtomicU8::new(if gro { Gro::OFF } else { Gro::UNSUPPORTED })));
         let local =
             socket.local_addr()?.as_socket().ok_or(io::Error::from(io::ErrorKind::InvalidInput))?;
+        let shared_port = udp && socket.reuse_port()?;
         Ok(SocketTransport {
             socket,
             kind,
@@ -183,6 +191,7 @@ impl SocketTransport {
             gro,
             kick_from: None,
             rcvbuf: usize::try_from(rcv).unwrap_or(0),
+            shared_port,
         })
     }
 
@@ -299,9 +308,10 @@ impl Transport for SocketTransport {
     /// UDP only: the waiter blocks in `recvmmsg` on a duplicate of the socket (which turns
     /// to blocking mode; every other call here passes `MSG_DONTWAIT`), and is woken by an
     /// empty datagram from a socket of its own. (A raw IP socket would show such a
-    /// wake-up to every raw socket of the address, so raw IP keeps `poll`.)
+    /// wake-up to every raw socket of the address, and the kernel may hand it to another
+    /// socket sharing the port, so these keep `poll`.)
     fn waiter(&mut self) -> Option<WaitHandle> {
-        if self.raw() || self.kick_from.is_some() {
+        if self.raw() || self.shared_port || self.kick_from.is_some() {
             return None;
         }
         let made = (|| -> io::Result<WaitHandle> {

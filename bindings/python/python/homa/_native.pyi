@@ -204,6 +204,7 @@ class Socket:
         *,
         busy_poll: float | None = None,
         allow: list[str] | None = None,
+        reuse_port: bool = False,
         **config: Any,
     ) -> Self: ...
     @property

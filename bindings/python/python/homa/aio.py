@@ -54,7 +54,8 @@ def open(
     make calls. ``port=None``: a client with an ephemeral port.
     ``transport``: ``"udp"`` (default, unprivileged), ``"ip"`` (IP protocol 146, as the Linux
     module; CAP_NET_RAW), ``"uring"`` or ``"uring-ip"``. Other keyword arguments are those of
-    :class:`homa.Socket`: ``busy_poll``, ``allow`` and any ``Config`` field (``mtu``,
+    :class:`homa.Socket`: ``busy_poll``, ``allow``, ``reuse_port`` (several worker processes
+    serving one port, see :mod:`homa.workers`) and any ``Config`` field (``mtu``,
     ``timeout_ticks``, ``max_message_length``...)."""
     return Opening(port, host, transport, options)
 

@@ -266,7 +266,8 @@ class ServicerContext:
 class Server:
     """What ``server()`` returns: generated ``add_*Servicer_to_server`` functions take it as
     they take a ``grpc.aio.Server``. ``options`` may hold the Homa sockets' options as
-    ``("homa.<name>", value)``."""
+    ``("homa.<name>", value)``, and ``("grpc.so_reuseport", 1)`` lets several processes serve
+    one port (off by default, unlike grpcio's; see :mod:`homa.workers`)."""
 
     def __init__(self, options: Sequence[tuple[str, Any]] | None = None) -> None:
         self._generic: list[grpc.GenericRpcHandler] = []
@@ -277,6 +278,7 @@ class Server:
         self._calls: set[asyncio.Task[None]] = set()
         self._stopped: asyncio.Event | None = None
         self._options = _common.socket_options(options)
+        self._reuse_port = bool(dict(options or ()).get("grpc.so_reuseport", 0))
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._generic.extend(handlers)
@@ -289,13 +291,13 @@ class Server:
 
     def add_insecure_port(self, address: str) -> int:
         """Serves on Homa port ``port`` of ``host`` (``host:port``); returns the port.
-        Port 0 picks a free one."""
+        Port 0 picks a free one (never shared)."""
         host, port = _common.split_target(address)
         host = {"": "0.0.0.0", "::": "::", "0.0.0.0": "0.0.0.0"}.get(host, host)
         if port == 0:
             native = _free_port_socket(host, self._options)
         else:
-            native = _native.Socket(port, host, **self._options)
+            native = _native.Socket(port, host, reuse_port=self._reuse_port, **self._options)
         self._natives.append(native)
         return int(native.port)
 
