@@ -1,6 +1,8 @@
 """Sends the embedding server (embedding_server.py) a stream of ModelInfer requests, one
 sentence each, over grpc.aio and over Homa with the same client code, and prints p50/p99
-latency and throughput for each.
+latency and throughput for each: ``--concurrency`` calls in flight (a closed loop), or with
+``--rate`` calls starting at random (Poisson, seeded) at that many per second (an open loop,
+as a server under load from many clients sees them).
 
     python embedding_client.py --server 127.0.0.1 --grpc-port 50051 --homa-port 4000"""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import sys
 import time
@@ -27,25 +30,43 @@ SENTENCES = [
 ]
 
 
-async def run(stub: Any, pb: Any, requests: int, concurrency: int) -> tuple[list[float], float]:
-    """Latencies (seconds) of `requests` calls, `concurrency` in flight, and the wall time."""
+async def call(stub: Any, pb: Any, i: int) -> float:
+    """Request `i`'s latency, in seconds, after checking its answer."""
+    request = pb.ModelInferRequest(model_name="all-MiniLM-L6-v2", id=str(i))
+    request.inputs.add(name="text", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(oip.pack_bytes([SENTENCES[i % len(SENTENCES)].encode()]))
+    start = time.perf_counter()
+    reply = await stub.ModelInfer(request, timeout=10)
+    latency = time.perf_counter() - start
+    vector = np.frombuffer(reply.raw_output_contents[0], np.float32)
+    assert vector.shape == (384,) and abs(float(vector @ vector) - 1.0) < 1e-3
+    return latency
+
+
+async def closed_loop(stub: Any, pb: Any, requests: int, concurrency: int) -> list[float]:
+    """Latencies of `requests` calls, `concurrency` in flight."""
     latencies: list[float] = []
     queue = iter(range(requests))
 
     async def worker() -> None:
         for i in queue:
-            request = pb.ModelInferRequest(model_name="all-MiniLM-L6-v2", id=str(i))
-            request.inputs.add(name="text", datatype="BYTES", shape=[1])
-            request.raw_input_contents.append(oip.pack_bytes([SENTENCES[i % len(SENTENCES)].encode()]))
-            start = time.perf_counter()
-            reply = await stub.ModelInfer(request, timeout=10)
-            latencies.append(time.perf_counter() - start)
-            vector = np.frombuffer(reply.raw_output_contents[0], np.float32)
-            assert vector.shape == (384,) and abs(float(vector @ vector) - 1.0) < 1e-3
+            latencies.append(await call(stub, pb, i))
 
-    start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - start
+    return latencies
+
+
+async def open_loop(stub: Any, pb: Any, requests: int, rate: float) -> list[float]:
+    """Latencies of `requests` calls started `rate` per second on average, each at an
+    exponentially distributed interval after the last (seed 1), however many are in flight."""
+    gaps = random.Random(1)
+    calls = []
+    due = time.perf_counter()
+    for i in range(requests):
+        due += gaps.expovariate(rate)
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        calls.append(asyncio.ensure_future(call(stub, pb, i)))
+    return list(await asyncio.gather(*calls))
 
 
 async def main() -> int:
@@ -55,6 +76,7 @@ async def main() -> int:
     parser.add_argument("--homa-port", type=int, default=4000)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8, help="calls in flight")
+    parser.add_argument("--rate", type=float, help="calls started per second (open loop)")
     args = parser.parse_args()
     pb, pb_grpc = oip.generated()
     channels = {
@@ -64,12 +86,19 @@ async def main() -> int:
     for name, channel in channels.items():
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         assert (await stub.ServerLive(pb.ServerLiveRequest())).live
-        await run(stub, pb, min(50, args.requests), args.concurrency)  # warm up
-        latencies, wall = await run(stub, pb, args.requests, args.concurrency)
+        await closed_loop(stub, pb, min(50, args.requests), args.concurrency)  # warm up
+        start = time.perf_counter()
+        if args.rate:
+            latencies = await open_loop(stub, pb, args.requests, args.rate)
+            load = f"{args.rate:.0f}/s offered"
+        else:
+            latencies = await closed_loop(stub, pb, args.requests, args.concurrency)
+            load = f"{args.concurrency} in flight"
+        wall = time.perf_counter() - start
         q = statistics.quantiles(latencies, n=100)
         print(
-            f"{name:10} {args.requests} requests, {args.concurrency} in flight: "
-            f"p50 {q[49] * 1e6:.0f} us, p99 {q[98] * 1e6:.0f} us, {args.requests / wall:.0f}/s"
+            f"{name:10} {args.requests} requests, {load}: p50 {q[49] * 1e6:.0f} us, "
+            f"p99 {q[98] * 1e6:.0f} us, {args.requests / wall:.0f}/s"
         )
         await channel.close()
     return 0
