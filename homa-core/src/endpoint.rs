@@ -898,6 +898,9 @@ impl Endpoint {
         if self.deferred.is_some() && (rpc != self.deferred || !data) {
             self.settle_deferred();
         }
+        if let Some(x) = rpc.and_then(|r| self.rpcs.get(r)) {
+            self.peers.get_mut(x.peer).heard = self.tick as u32;
+        }
         match p.body {
             Body::Data { repr, payload } => {
                 let offset = data::effective_offset(repr.seg_offset, h.sequence);
@@ -1488,9 +1491,6 @@ impl Endpoint {
         if !x.timer.worried {
             return;
         }
-        // Less the ticks in which this host dropped input (see `overload`).
-        let silent = tick.saturating_sub(x.timer.silent_since);
-        let silent = silent - (self.overload.excused() - x.timer.excused_at).min(silent);
         let c = &self.config;
         // A server waiting for grants hears nothing while its client grants other messages
         // first (more than `max_overcommit` arriving, the rest queued): it keeps its response
@@ -1499,6 +1499,29 @@ impl Endpoint {
         let timeout = if waits_for_grants { c.ack_timeout_ticks } else { c.timeout_ticks };
         let (resend, interval, timeout) =
             (u64::from(c.resend_ticks), u64::from(c.resend_interval), u64::from(timeout));
+        let mut silent = tick.saturating_sub(x.timer.silent_since);
+        // A client whose request waits for grants is owed nothing either: the server grants
+        // as its scheduler decides (shortest first, so a long message may wait behind many),
+        // and a lost GRANT is found by the server's own RESEND for what it granted. The client
+        // only checks that the server is there, by RESEND (answered with BUSY) halfway to the
+        // timeout. Any packet from the server shows it is; the RPC's own silence counts a
+        // tenth (`timeout_ticks` over `ack_timeout_ticks`, the time a server waits for a
+        // stalled client), for a server that restarted and forgot it but talks of others.
+        // (The module asks every `resend_interval`: thousands of RESENDs under load, for no
+        // lost packet.)
+        let awaits_grants = x.is_client()
+            && x.state == State::Outgoing
+            && x.msgout.as_ref().is_some_and(|m| m.next_offset < m.length);
+        let resend = if awaits_grants {
+            let heard = u64::from((tick as u32).wrapping_sub(self.peers.get(x.peer).heard));
+            let own = silent * timeout / u64::from(c.ack_timeout_ticks).max(timeout);
+            silent = heard.min(silent).max(own);
+            timeout / 2
+        } else {
+            resend
+        };
+        // Less the ticks in which this host dropped input (see `overload`).
+        let silent = silent - (self.overload.excused() - x.timer.excused_at).min(silent);
         if silent >= timeout {
             let reason = FailReason::Timeout;
             if x.is_client() {

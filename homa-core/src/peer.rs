@@ -35,6 +35,9 @@ pub(crate) struct Peer {
     /// Incoming messages from this peer in the grant scheduler's active set.
     pub(crate) active_grants: u8,
     num_acks: u8,
+    /// Tick (its low 32 bits: 49 days of ticks) of the last packet from the peer about one
+    /// of our RPCs: it is there. Fits the line's padding.
+    pub(crate) heard: u32,
     /// Tick in which we last sent the peer our CUTOFFS (rate limit: one per tick).
     pub(crate) cutoffs_sent_tick: Option<u64>,
     /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
@@ -66,6 +69,7 @@ impl Peer {
             server_rpcs: 0,
             active_grants: 0,
             last_used: now,
+            heard: 0,
         }
     }
 
