@@ -385,7 +385,8 @@ fn a_datagram_from_port_0_is_dropped_and_counted() {
 #[test]
 fn a_refused_datagram_does_not_take_the_rest_of_the_batch() {
     let local = SocketAddr::new(loopback_v4(), 0);
-    let mut t = homa_io::transport::open(TransportKind::Udp, local, false).unwrap();
+    let mut t =
+        homa_io::transport::open(TransportKind::Udp, local, /* reuse_port */ false).unwrap();
     let peer = UdpSocket::bind(SocketAddr::new(loopback_v4(), 0)).unwrap();
     let mut batch = Batch::new(4, RECV_SLOT_LEN);
     for to in [SocketAddr::new(loopback_v4(), 0), peer.local_addr().unwrap()] {
@@ -410,7 +411,7 @@ fn icmp_target(
         return None;
     }
     let local = SocketAddr::new(loopback_v4(), 0);
-    let t = homa_io::transport::open(TransportKind::Udp, local, false).unwrap();
+    let t = homa_io::transport::open(TransportKind::Udp, local, /* reuse_port */ false).unwrap();
     let (at, fd) = (t.local_addr(), t.readiness_fd().as_raw_fd());
     Some((t, at, fd, Batch::new(4, RECV_SLOT_LEN)))
 }

@@ -18,7 +18,13 @@ use homa_io::{ApiError, Error, Socket, TransportKind};
 const CLIENTS: usize = 32;
 
 fn shared(addr: SocketAddr) -> Arc<Socket> {
-    Arc::new(Socket::builder().reuse_port(true).bind(addr).expect("a second socket on the port"))
+    Arc::new(Socket::builder().reuse_port(true).bind(addr).expect("a socket on the shared port"))
+}
+
+/// A port no socket holds: found with a plain socket (a shared one would join a group
+/// another test process holds), then let go for the shared ones.
+fn free_addr(ip: IpAddr) -> SocketAddr {
+    bind_server(Socket::builder(), ip).local_addr()
 }
 
 /// Worker `n` answers each request with its number, except that the first request
@@ -48,9 +54,8 @@ fn clients(ip: IpAddr) -> Vec<Socket> {
 #[test]
 fn clients_spread_over_the_sockets_of_one_port_and_survive_one_closing() {
     let ip = loopback_v4();
-    let first = Arc::new(bind_server(Socket::builder().reuse_port(true), ip));
-    let addr = first.local_addr();
-    let workers = [first, shared(addr)];
+    let addr = free_addr(ip);
+    let workers = [shared(addr), shared(addr)];
     let hold = Arc::new(AtomicBool::new(false));
     let (held_tx, held) = mpsc::channel();
     let threads: Vec<_> = workers
@@ -92,7 +97,7 @@ fn clients_spread_over_the_sockets_of_one_port_and_survive_one_closing() {
 #[test]
 fn a_shared_port_serves_only_and_only_over_udp() {
     let ip = loopback_v4();
-    let server = bind_server(Socket::builder().reuse_port(true), ip);
+    let server = shared(free_addr(ip));
     let dest = SocketAddr::new(ip, candidate_port());
     let calls = [
         server.call(dest, b"x".to_vec(), None).err(),

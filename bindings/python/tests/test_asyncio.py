@@ -561,3 +561,24 @@ def test_a_message_longer_than_the_server_accepts_is_logged_once(
             serving.cancel()
 
     run(main())
+
+
+def test_a_server_serves_on_after_icmp_errors(run) -> None:  # type: ignore[no-untyped-def]
+    """Clients that close before the server's last packets reach them leave ICMP port
+    unreachable errors on the server's socket (an error condition on its descriptor, which
+    uvloop's reader used to be dropped for). Two servers sharing a port: their sockets have
+    no receiving thread of homa-io's that would read the errors first."""
+
+    async def main() -> None:
+        port = free_port()
+        servers = [await homa.open(port, "127.0.0.1", reuse_port=True, **SLACK) for _ in range(2)]
+        serving = [asyncio.ensure_future(s.serve(lambda req: req.message)) for s in servers]
+        for i in range(64):
+            async with homa.open(host="127.0.0.1", **SLACK) as client:
+                assert await client.call(("127.0.0.1", port), bytes([i]), timeout=10) == bytes([i])
+        assert sum(s.metrics()["transport"]["unreachable"] for s in servers) > 0
+        for s in servers:
+            s.close()
+        await asyncio.gather(*serving, return_exceptions=True)
+
+    run(main())

@@ -299,17 +299,25 @@ def test_grpc_so_reuseport_lets_servers_share_a_port(run: Callable[[Any], Any], 
         pb, stubs = generated["homatest_pb2"], generated["homatest_pb2_grpc"]
         port = free_port()
         servers = []
-        for _ in range(2):
+        for n in range(2):
+
+            class Tagged(stubs.ProbeServicer):  # type: ignore[misc,name-defined]
+                async def Echo(self, request: Any, context: Any, tag: bytes = bytes([n])) -> Any:
+                    return pb.EchoReply(data=tag)
+
             server = homa.grpc.aio.server(options=[*OPTIONS, ("grpc.so_reuseport", 1)])
-            stubs.add_ProbeServicer_to_server(probe_servicer(generated), server)
+            stubs.add_ProbeServicer_to_server(Tagged(), server)
             assert server.add_insecure_port(f"127.0.0.1:{port}") == port
             await server.start()
             servers.append(server)
         with pytest.raises(homa.PortInUseError):
             homa.grpc.aio.server(options=OPTIONS).add_insecure_port(f"127.0.0.1:{port}")
-        async with homa.grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
-            reply = await stubs.ProbeStub(channel).Echo(pb.EchoRequest(data=b"shared"))
-            assert reply.data == b"shared"
+        # 32 channels, each its own Homa socket: the kernel gives each server some.
+        answered = set()
+        for _ in range(32):
+            async with homa.grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=OPTIONS) as channel:
+                answered.add((await stubs.ProbeStub(channel).Echo(pb.EchoRequest())).data)
+        assert answered == {b"\x00", b"\x01"}
         for server in servers:
             await server.stop(None)
 

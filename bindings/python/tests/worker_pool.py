@@ -15,11 +15,16 @@ import homa.workers
 SLACK: dict[str, Any] = {"timeout_ticks": 1000}
 
 
+#: Requests held unanswered for ever (a request dropped would be discarded).
+HELD: list[homa.Request] = []
+
+
 async def answer(req: homa.Request, notes: homa.AsyncSocket, observer: tuple[str, int]) -> None:
     pid = str(os.getpid()).encode()
     if bytes(req.message) == b"hold":
-        # The observer says whether to hold it (for ever) or to answer.
+        # The observer says whether to hold it or to answer.
         if bytes(await notes.call(observer, b"held " + pid, timeout=30)) == b"hold":
+            HELD.append(req)
             return
     await req.reply(pid)
 

@@ -100,15 +100,15 @@ impl Builder {
     /// Lets several server sockets, in this or other processes of the same user, bind the
     /// same UDP port (SO_REUSEPORT): the kernel hands each client's packets to one of them,
     /// chosen by a hash of the client's address and port, so several worker processes can
-    /// serve one Homa port. When a worker exits or joins, the kernel moves some clients to
-    /// other workers. Their calls in flight still complete: a server that does not know an
-    /// RPC makes its client send the request again (Homa's restart), so a request whose
-    /// worker died runs again on another one; make handlers safe to run twice.
+    /// serve one Homa port. Whenever a worker exits or joins, the kernel moves many clients
+    /// to other workers, not only the departed one's. Their calls in flight still complete:
+    /// a server that does not know an RPC makes its client send the request again (Homa's
+    /// restart), so such a request may run on two workers; make handlers safe to run twice.
     ///
     /// Such a socket serves only: a response to a call it made could reach another worker,
     /// so [`Socket::call`] and its kin fail with [`Error::SharedPort`]. UDP only. Its
-    /// receive path polls instead of blocking in the kernel (a wake-up datagram could reach
-    /// another worker too).
+    /// driver thread waits for packets in `poll(2)`, not in a blocking receive woken by a
+    /// datagram to itself, which could reach another worker too.
     ///
     /// [`Error::SharedPort`]: crate::Error::SharedPort
     pub fn reuse_port(mut self, reuse: bool) -> Builder {
@@ -118,7 +118,8 @@ impl Builder {
 
     /// A server socket: accepts requests on Homa port `addr.port()` (1..=32767). With UDP
     /// the UDP socket binds `addr` itself; with raw IP only `addr.ip()` is bound and the
-    /// port lives in the Homa header. Can also make calls.
+    /// port lives in the Homa header. Can also make calls, unless it shares its port
+    /// ([`reuse_port`](Builder::reuse_port)).
     pub fn bind(self, addr: SocketAddr) -> Result<Socket> {
         let port = addr.port();
         if port == 0 || port >= MIN_EPHEMERAL_PORT {

@@ -90,7 +90,8 @@ impl FromStr for TransportKind {
 }
 
 /// Opens a transport of `kind` bound to `local` (for raw IP only its address counts); a
-/// UDP one with `reuse_port` shares its port (see [`SocketTransport::udp`]).
+/// UDP one with `reuse_port` shares its port (see [`SocketTransport::udp`]; raw IP sockets
+/// have no port to share, and ignore it).
 /// An io_uring kind whose ring cannot be set up falls back to the plain socket and logs why
 /// (`tracing` warning); [`Transport::kind`] tells which one you got.
 pub fn open(

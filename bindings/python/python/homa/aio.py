@@ -19,8 +19,10 @@ GIL. Works with any loop that supports ``add_reader`` (the default loop on Linux
 from __future__ import annotations
 
 import asyncio
+import asyncio.selector_events
 import inspect
 import logging
+import select
 import socket
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -119,7 +121,8 @@ class AsyncSocket:
         loop.add_reader(self._fd, self._reactor.dispatch)
         # The loop drives the socket: packets are received and handled on its thread.
         self._poller = native._poller()
-        self._poller_fd = self._poller.fileno()
+        self._watch = _watch(loop, self._poller.fileno())
+        self._poller_fd = self._watch.fileno() if self._watch else self._poller.fileno()
         on_readable, self._poll = _drivers(loop, self._poller, self._reactor)
         loop.add_reader(self._poller_fd, on_readable)
         # A socket dropped without close() must still leave the loop: a descriptor left
@@ -127,7 +130,7 @@ class AsyncSocket:
         # that one as registered already). The finalizer holds what it detaches, the native
         # socket included, so the descriptors stay open until the loop has let them go.
         self._detach = weakref.finalize(
-            self, _detach_soon, loop, self._reactor, self._poller, native
+            self, _detach_soon, loop, self._reactor, self._poller, native, self._watch
         )
 
     @property
@@ -326,7 +329,7 @@ class AsyncSocket:
         """Closes the socket: pending calls fail with :class:`homa.ShutdownError`, the
         request iterators end. Idempotent; call it from the socket's loop."""
         if self._detach.detach() is not None:  # once: its descriptors may be reused after
-            _detach(self._loop, self._reactor, self._poller, self._native)
+            _detach(self._loop, self._reactor, self._poller, self._native, self._watch)
 
     async def __aenter__(self) -> Self:
         return self
@@ -351,16 +354,32 @@ def _is_async(handler: object) -> bool:
     )
 
 
+def _watch(loop: asyncio.AbstractEventLoop, fd: int) -> select.epoll | None:
+    """What `loop` watches for the socket `fd`: the socket itself, or for loops other than
+    asyncio's own an epoll instance holding it. libuv (uvloop) drops a reader whose
+    descriptor reports an error condition (EPOLLERR: an ICMP error queued on the socket, as
+    when a client closed before the response reached it), where asyncio calls it to read the
+    error; an epoll instance is only ever readable."""
+    if isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop):
+        return None
+    watch = select.epoll()
+    watch.register(fd, select.EPOLLIN)
+    return watch
+
+
 def _detach(
     loop: asyncio.AbstractEventLoop,
     reactor: _native.Reactor,
     poller: _native.Poller,
     native: _native.Socket,
+    watch: select.epoll | None,
 ) -> None:
     """Takes a socket off `loop` and closes it (on the loop's thread)."""
     if not loop.is_closed():
         # Before the socket (and its descriptor) goes.
-        loop.remove_reader(poller.fileno())
+        loop.remove_reader(watch.fileno() if watch else poller.fileno())
+    if watch:
+        watch.close()
     poller.close()
     native.close()
     reactor.dispatch()  # resolve what the shutdown failed
@@ -394,12 +413,13 @@ def _detach_soon(
     reactor: _native.Reactor,
     poller: _native.Poller,
     native: _native.Socket,
+    watch: select.epoll | None,
 ) -> None:
     """`_detach` for a socket that was garbage-collected, maybe on another thread."""
     try:
-        loop.call_soon_threadsafe(_detach, loop, reactor, poller, native)
+        loop.call_soon_threadsafe(_detach, loop, reactor, poller, native, watch)
     except RuntimeError:  # the loop is closed: nothing to take it off
-        _detach(loop, reactor, poller, native)
+        _detach(loop, reactor, poller, native, watch)
 
 
 class _Requests:

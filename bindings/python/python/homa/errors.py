@@ -64,8 +64,8 @@ class InvalidArgumentError(HomaError, ValueError):
     """An argument the endpoint refuses: a bad port (``invalid_port``), an unbound port
     (``port_not_bound``), an empty message (``message_length``), an address of the wrong
     family (``address_family``), a request that is not awaiting a response
-    (``not_awaiting_response``), a call from a socket opened with ``reuse_port=True`` or
-    ``reuse_port`` where it cannot be (``shared_port``)."""
+    (``not_awaiting_response``), a call from a socket opened with ``reuse_port=True``, or
+    ``reuse_port`` on a client or raw IP socket (``shared_port``)."""
 
     kind = "invalid_argument"
 

@@ -434,7 +434,8 @@ mod tests {
 
     /// A ring over a UDP socket on loopback, or `None` (printed) where io_uring is missing.
     fn transport() -> Option<UringTransport> {
-        let socket = SocketTransport::udp("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let socket =
+            SocketTransport::udp("127.0.0.1:0".parse().unwrap(), /* reuse_port */ false).unwrap();
         UringTransport::new(socket)
             .inspect_err(|e| eprintln!("skipping: io_uring unavailable: {}", e.reason))
             .ok()

@@ -278,7 +278,8 @@ class Server:
         self._calls: set[asyncio.Task[None]] = set()
         self._stopped: asyncio.Event | None = None
         self._options = _common.socket_options(options)
-        self._reuse_port = bool(dict(options or ()).get("grpc.so_reuseport", 0))
+        given = dict(options or ())
+        self._reuse_port = bool(given.get("grpc.so_reuseport", self._options.pop("reuse_port", 0)))
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._generic.extend(handlers)
