@@ -48,7 +48,7 @@ fn every_contender_answers_every_request_through_the_priority_classes() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("targets:"), "{text}");
+    assert!(text.contains("targets:") && text.contains("loss recovery"), "{text}");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("homa/udp") && svg.contains("tcp-top"));
@@ -70,6 +70,10 @@ fn every_contender_answers_every_request_through_the_priority_classes() {
             assert!(requests["finished"].as_u64().unwrap() > 0, "{name}: {r}");
             assert_eq!(requests["failed"], 0, "{name}: {r}");
             assert_eq!(requests["unfinished"], 0, "{name}: {r}");
+            assert_eq!(r["unanswered"], serde_json::json!([]), "{name}: {r}");
+            if name.starts_with("homa") {
+                assert!(r["busy_received"].is_u64(), "{name}: {r}");
+            }
         }
         assert!(c["probe"]["count"].as_u64().unwrap() > 0, "{name}");
         assert!(c["barrier"]["count"].as_u64().unwrap() > 0, "{name}");

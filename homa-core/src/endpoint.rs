@@ -13,7 +13,7 @@ use crate::msg::outgoing::OutMessage;
 use crate::msg::{Payload, PayloadSlice};
 use crate::overload::Overload;
 use crate::peer::{PeerId, PeerTable};
-use crate::rpc::{Hasher, Rpc, RpcRef, RpcTable, State, TimerState};
+use crate::rpc::{Hasher, Rpc, RpcInfo, RpcRef, RpcTable, State, TimerState};
 use crate::sched::grant::{GrantCx, Grants};
 use crate::sched::tx::{Control, ControlBody, Pacer, TxKey, TxQueues};
 use crate::time::{Instant, NANOS_PER_USEC, Nanos};
@@ -479,6 +479,14 @@ impl Endpoint {
     /// Number of RPCs alive (client and server).
     pub fn rpc_count(&self) -> usize {
         self.rpcs.len()
+    }
+
+    /// Where each RPC held stands (which side, its phase, how far its messages got, how
+    /// long its peer has been silent), for diagnostics: what a call that never completes
+    /// waits for. O(RPCs held).
+    pub fn rpcs(&self) -> impl Iterator<Item = RpcInfo> + '_ {
+        let tick = self.tick;
+        self.rpcs.refs().filter_map(move |r| self.rpcs.get(r)).map(move |x| RpcInfo::of(x, tick))
     }
 
     /// Writes the next packet into `buf` and says where it goes; `None` when nothing may

@@ -117,5 +117,6 @@ pub use endpoint::{
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use msg::{Payload, PayloadSlice};
+pub use rpc::{Phase, Progress, RpcInfo};
 pub use time::Instant;
 pub use value::{Map, Value};

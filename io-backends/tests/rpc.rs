@@ -252,3 +252,24 @@ fn many_threads_call_and_serve(kind: TransportKind) {
         e.join().unwrap();
     }
 }
+
+#[test]
+fn each_side_tells_where_an_unanswered_call_stands() {
+    let ip = loopback_v4();
+    let server = bind_server(Socket::builder(), ip);
+    let client = Socket::client(ip).unwrap();
+    let call = client.call_async(server.local_addr(), vec![7; 200_000], None).unwrap();
+    let held = server.recv_request().unwrap(); // and not answered
+    let (theirs, ours) = (server.rpcs(), client.rpcs());
+    assert_eq!((theirs.len(), ours.len()), (1, 1));
+    let (s, c) = (&theirs[0], &ours[0]);
+    assert_eq!((s.id, s.client, s.phase), (c.id, false, homa_io::Phase::InService));
+    assert_eq!((c.client, c.phase), (true, homa_io::Phase::AwaitingResponse));
+    assert_eq!(c.peer, server.local_addr());
+    let line = format!("{c}");
+    assert!(line.contains("awaiting the response; request 200,000 B, all sent"), "{line}");
+    let expected =
+        format!("server RPC {} with {}: with the application", c.id, client.local_addr());
+    assert_eq!(format!("{s}"), expected);
+    drop((held, call));
+}

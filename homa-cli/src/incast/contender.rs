@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 mod python;
 
-use homa_io::{Call, Payload, Socket, TransportKind};
+use homa_io::{Call, Payload, RpcInfo, Socket, TransportKind};
 
 use super::topo::{Host, Topology, in_netns};
 use crate::client::{MAX_MESSAGE, Prefix};
@@ -91,6 +91,8 @@ pub(super) struct Counters {
     pub(super) homa_retransmissions: u64,
     /// RESEND packets Homa receivers sent.
     pub(super) homa_resends: u64,
+    /// BUSY packets that answered them (a sender with the bytes asked for still queued).
+    pub(super) homa_busy: u64,
     /// Packets Homa's own sockets lost: refused by the kernel on send, or dropped on a full
     /// receive buffer (not the bottleneck's drops).
     pub(super) homa_host_drops: u64,
@@ -100,11 +102,19 @@ pub(super) struct Counters {
 
 trait Client: Send + Sync {
     fn start(&self, size: usize, short: bool, done: Done);
+    /// Where the RPCs it holds stand (Homa in this process only).
+    fn held(&self) -> Vec<(SocketAddr, RpcInfo)> {
+        Vec::new()
+    }
     /// Closes the client; returns its counters.
     fn close(self: Box<Self>) -> Counters;
 }
 
 trait Server: Send + Sync {
+    /// As [`Client::held`].
+    fn held(&self) -> Vec<(SocketAddr, RpcInfo)> {
+        Vec::new()
+    }
     fn close(self: Box<Self>) -> Counters;
 }
 
@@ -174,12 +184,29 @@ impl Clients {
         self.hosts[host].start(size, short, done);
     }
 
+    /// Each request still unanswered, as its client's RPC and the server's stand, one line
+    /// each (Homa in this process; the others say nothing).
+    pub(super) fn unanswered(&self) -> Vec<String> {
+        let server = self.server.held();
+        let mut lines = Vec::new();
+        for (at, c) in self.hosts.iter().flat_map(|h| h.held()) {
+            let on_server = server.iter().find(|(_, s)| s.id == c.id && s.peer.ip() == at.ip());
+            let there = match on_server {
+                Some((_, s)) => format!("{s}"),
+                None => "the server holds no such RPC".into(),
+            };
+            lines.push(format!("{at}: {c}. {there}"));
+        }
+        lines
+    }
+
     /// Closes clients, then the server; returns their counters summed.
     pub(super) fn close(self) -> Counters {
         let mut sum = Counters::default();
         let mut add = |c: Counters| {
             sum.homa_retransmissions += c.homa_retransmissions;
             sum.homa_resends += c.homa_resends;
+            sum.homa_busy += c.homa_busy;
             sum.homa_host_drops += c.homa_host_drops;
             sum.cpu_s += c.cpu_s;
         };
@@ -197,6 +224,7 @@ fn homa_counters(socket: &Socket) -> Counters {
     Counters {
         homa_retransmissions: core.retransmitted_packets,
         homa_resends: core.packets_out_by_type[2],
+        homa_busy: core.packets_in_by_type[4],
         homa_host_drops: m.transport.tx_dropped + m.transport.rx_overflow,
         cpu_s: 0.0,
     }
@@ -225,6 +253,10 @@ impl HomaServer {
 }
 
 impl Server for HomaServer {
+    fn held(&self) -> Vec<(SocketAddr, RpcInfo)> {
+        self.socket.rpcs().into_iter().map(|r| (self.socket.local_addr(), r)).collect()
+    }
+
     fn close(self: Box<Self>) -> Counters {
         // Responses stay until acknowledged: a lost last packet is still resent.
         self.socket.wait_idle(Duration::from_secs(2));
@@ -253,6 +285,10 @@ impl Client for HomaClient {
             }
             Err(e) => done(Err(e.name())),
         }
+    }
+
+    fn held(&self) -> Vec<(SocketAddr, RpcInfo)> {
+        self.socket.rpcs().into_iter().map(|r| (self.socket.local_addr(), r)).collect()
     }
 
     fn close(self: Box<Self>) -> Counters {

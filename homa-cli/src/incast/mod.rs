@@ -55,7 +55,9 @@ Responses are 100 bytes. Homa paces for --link-mbps: set it to the real bottlene
 The report gives per contender the probe's and short messages' latency, round times, \
 slowdown per size bin, goodput, the bottleneck's drops and packets per class (and, with \
 nftables, the top class's packets longer than a short message's), \
-retransmissions and CPU time, then each target against TCP. The namespaces are removed at \
+retransmissions and CPU time; per workload the RESENDs Homa sent, the BUSY answers they got, \
+packets resent and dropped, and requests left unanswered, with where each of those stood on \
+its client and the server; then each target against TCP. The namespaces are removed at \
 the end, on an error and on Ctrl-C, unless --keep.")]
 pub(crate) struct Args {
     /// Load clients (the probe host comes on top).
@@ -288,6 +290,10 @@ struct Run {
     peak_backlog_bytes: u64,
     retransmissions: u64,
     resends: u64,
+    /// BUSY packets Homa's endpoints received: RESENDs the sender could not yet answer.
+    busy: u64,
+    /// Each request left unanswered at the end: its client's RPC and the server's.
+    unanswered: Vec<String>,
     /// Packets Homa's sockets lost in the hosts (see `Counters::homa_host_drops`).
     host_drops: u64,
     seconds: f64,
@@ -434,6 +440,9 @@ fn run_one(
     // Taken before closing, which fails whatever is still in flight.
     let records = std::mem::take(&mut *tally.records.lock().unwrap_or_else(|e| e.into_inner()));
     let unfinished = requests.len().saturating_sub(records.len());
+    let failures = records.iter().filter(|r| r.result.is_err()).count()
+        + rounds.iter().filter(|r| r.is_err()).count();
+    let unanswered = if unfinished + failures > 0 { clients.unanswered() } else { Vec::new() };
     let counters = clients.close();
     let cpu_s = cpu() - cpu0 + counters.cpu_s;
     let machine_busy = match (machine0, crate::stats::machine_cpu_ticks()) {
@@ -459,6 +468,8 @@ fn run_one(
         peak_backlog_bytes: peak,
         retransmissions,
         resends: counters.homa_resends,
+        busy: counters.homa_busy,
+        unanswered,
         host_drops: counters.homa_host_drops,
         seconds,
     })

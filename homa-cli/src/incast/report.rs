@@ -48,7 +48,22 @@ struct Figures {
     /// Top-class packets longer than any of a short message's (when counted).
     top_class_long_packets: Option<u64>,
     failed: u64,
+    /// Per run, in order: loss recovery and what was left unanswered.
+    recovery: Vec<Recovery>,
     runs: Vec<Value>,
+}
+
+/// One run's loss recovery, as the report's second table shows it.
+struct Recovery {
+    workload: String,
+    resends: u64,
+    busy: u64,
+    retransmissions: u64,
+    drops: u64,
+    host_drops: u64,
+    failed: u64,
+    /// Each unanswered request's state (Homa in this process only).
+    unanswered: Vec<String>,
 }
 
 pub(super) struct Report {
@@ -97,6 +112,7 @@ impl Figures {
             per_class_packets: [0; LEVELS],
             top_class_long_packets: None,
             failed: 0,
+            recovery: Vec::new(),
             runs: Vec::new(),
         };
         for run in runs {
@@ -139,6 +155,8 @@ impl Figures {
                 "drops": drops,
                 "retransmissions": run.retransmissions,
                 "resends_sent": run.resends,
+                "busy_received": run.busy,
+                "unanswered": run.unanswered,
                 "host_drops": run.host_drops,
                 "peak_backlog_bytes_sampled": run.peak_backlog_bytes,
                 "per_class_packets": packets,
@@ -224,6 +242,20 @@ impl Figures {
                 *f.top_class_long_packets.get_or_insert(0) += t.long;
             }
             f.failed += failed;
+            f.recovery.push(Recovery {
+                workload: match run.part {
+                    Part::Mixed(l) => format!("mixed {:.0} %", l * 100.0),
+                    Part::Burst => "burst".into(),
+                    Part::Barrier => "barrier".into(),
+                },
+                resends: run.resends,
+                busy: run.busy,
+                retransmissions: run.retransmissions,
+                drops,
+                host_drops: run.host_drops,
+                failed,
+                unanswered: run.unanswered.clone(),
+            });
             f.runs.push(value);
         }
         f
@@ -332,6 +364,37 @@ impl Report {
                 f.cpu_s
             );
         }
+        let _ = writeln!(
+            t,
+            "{:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11}",
+            "loss recovery", "RESENDs", "BUSY", "resent", "dropped", "in hosts", "unanswered"
+        );
+        for f in &figures {
+            for r in &f.recovery {
+                let _ = writeln!(
+                    t,
+                    "{:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11}",
+                    format!("{} {}", f.name, r.workload),
+                    if f.name.starts_with("homa") { r.resends.to_string() } else { "-".into() },
+                    if f.name.starts_with("homa") { r.busy.to_string() } else { "-".into() },
+                    r.retransmissions,
+                    r.drops,
+                    r.host_drops,
+                    r.failed
+                );
+            }
+        }
+        let unanswered: Vec<_> = figures
+            .iter()
+            .flat_map(|f| f.recovery.iter().map(move |r| (f.name, r)))
+            .flat_map(|(name, r)| r.unanswered.iter().map(move |u| (name, &r.workload, u)))
+            .collect();
+        if !unanswered.is_empty() {
+            let _ = writeln!(t, "unanswered requests, as their client and the server held them:");
+            for (name, workload, line) in &unanswered {
+                let _ = writeln!(t, "  {name} {workload}: {line}");
+            }
+        }
         let _ = writeln!(t, "packets per class at the bottleneck (level 0..7):");
         for f in &figures {
             let _ = writeln!(t, "  {:<11} {:?}", f.name, f.per_class_packets);
@@ -430,6 +493,17 @@ fn targets(figures: &[Figures]) -> Vec<(String, String, bool)> {
                 format!("{} top class carries only short messages", h.name),
                 format!("{long} of {} packets over {LONG_PACKET} B", h.per_class_packets[7]),
                 long == 0,
+            ));
+        }
+        let worst = h.recovery.iter().max_by_key(|r| {
+            r.resends.saturating_sub(2 * (r.retransmissions + r.drops + r.host_drops))
+        });
+        if let Some(r) = worst {
+            let lost = r.retransmissions + r.drops + r.host_drops;
+            out.push((
+                format!("{} RESENDs <= 2x (packets resent + dropped), every run", h.name),
+                format!("{} for {lost} ({})", r.resends, r.workload),
+                r.resends <= 2 * lost,
             ));
         }
         out.push((

@@ -5,10 +5,12 @@
 //! arriving) -> InService (the application has it) -> Outgoing (response being sent, then
 //! kept until the client acknowledges it) -> gone.
 
+mod info;
 mod table;
 
 use core::net::SocketAddr;
 
+pub use info::{Phase, Progress, RpcInfo};
 pub(crate) use table::{AddrKey, RpcRef, RpcTable};
 
 use crate::msg::incoming::InMessage;

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use homa_core::{ApiError, Endpoint, Payload};
+use homa_core::{ApiError, Endpoint, Payload, RpcInfo};
 
 use crate::driver::{Incoming, Shared};
 use crate::error::{Error, Result};
@@ -369,6 +369,13 @@ impl Socket {
     /// received as usual.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         self.shared.wait_idle(timeout)
+    }
+
+    /// Where each RPC the socket holds stands ([`RpcInfo`]: which side, its phase, how far
+    /// its messages got, how long its peer has been silent), for diagnosing a call that
+    /// does not complete. Each prints as one line.
+    pub fn rpcs(&self) -> Vec<RpcInfo> {
+        self.shared.with(|inner, _| inner.endpoint.rpcs().collect())
     }
 
     /// A snapshot of the counters.

@@ -29,6 +29,7 @@ def counters(sock: homa.AsyncSocket, cpu0: float) -> str:
             "cpu_s": time.process_time() - cpu0,
             "retransmitted_packets": core["retransmitted_packets"],
             "resends": core["packets_out_by_type"]["RESEND"],
+            "busy": core["packets_in_by_type"]["BUSY"],
             "host_drops": transport["tx_dropped"] + transport["rx_overflow"],
         }
     )

@@ -114,6 +114,7 @@ fn parse_counters(line: &str) -> Counters {
     Counters {
         homa_retransmissions: v["retransmitted_packets"].as_u64().unwrap_or(0),
         homa_resends: v["resends"].as_u64().unwrap_or(0),
+        homa_busy: v["busy"].as_u64().unwrap_or(0),
         homa_host_drops: v["host_drops"].as_u64().unwrap_or(0),
         cpu_s: v["cpu_s"].as_f64().unwrap_or(0.0),
     }
