@@ -1508,19 +1508,24 @@ impl Endpoint {
         let (resend, interval, timeout) =
             (u64::from(c.resend_ticks), u64::from(c.resend_interval), u64::from(timeout));
         let mut silent = tick.saturating_sub(x.timer.silent_since);
-        // A client whose request waits for grants is owed nothing either: the server grants
-        // as its scheduler decides (shortest first, so a long message may wait behind many),
-        // and a lost GRANT is found by the server's own RESEND for what it granted. The client
-        // only checks that the server is there, by RESEND (answered with BUSY) halfway to the
-        // timeout. Any packet from the server shows it is; the RPC's own silence counts a
-        // tenth (`timeout_ticks` over `ack_timeout_ticks`, the time a server waits for a
-        // stalled client), for a server that restarted and forgot it but talks of others.
-        // (The module asks every `resend_interval`: thousands of RESENDs under load, for no
-        // lost packet.)
-        let awaits_grants = x.is_client()
+        // A client is owed nothing either while the server has its request in hand: while
+        // the request waits for grants (the server grants shortest first, so a long one may
+        // wait behind many; a lost GRANT is found by the server's own RESEND for what it
+        // granted), and once it is all sent if the server granted some of it (the server
+        // asks for what it lacks itself, and a lost response draws its NEED_ACK, which the
+        // client answers with a RESEND). A request never granted may have been lost whole:
+        // it is asked after as usual. Such a client only checks that the server is there,
+        // by RESEND (answered with BUSY) halfway to the timeout. Any packet from the server
+        // shows it is; the RPC's own silence counts a tenth (`timeout_ticks` over
+        // `ack_timeout_ticks`, the time a server waits for a stalled client), for a server
+        // that restarted and forgot it but talks of others. (The module asks every
+        // `resend_interval`: thousands of RESENDs under load, for no lost packet.)
+        let server_has_turn = x.is_client()
             && x.state == State::Outgoing
-            && x.msgout.as_ref().is_some_and(|m| m.next_offset < m.length);
-        let resend = if awaits_grants {
+            && x.msgout
+                .as_ref()
+                .is_some_and(|m| m.next_offset < m.length || m.granted > m.unscheduled);
+        let resend = if server_has_turn {
             let heard = u64::from((tick as u32).wrapping_sub(self.peers.get(x.peer).heard));
             let own = silent * timeout / u64::from(c.ack_timeout_ticks).max(timeout);
             silent = heard.min(silent).max(own);

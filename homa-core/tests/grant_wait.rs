@@ -94,6 +94,87 @@ fn a_request_its_server_forgot_restarts_although_the_server_talks_of_others() {
     assert!((half..half + 100).contains(&after), "completed {after} ticks after");
 }
 
+#[test]
+fn a_granted_request_draws_no_resend_while_its_server_computes() {
+    // The server holds each request 30 ms (30 ticks) before it answers: a client owed the
+    // response used to ask every 5 ticks, and hear BUSY. One whose request the server
+    // granted knows the server has it; one sent whole unscheduled still asks (it may have
+    // been lost whole).
+    for (len, asks) in [(200_000, false), (1_000, true)] {
+        let Star { mut net, hosts, ports, .. } = star(2, Config::default(), 1, 6);
+        let mut app = Slow::default();
+        let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(len, 1));
+        while app.held.is_none() {
+            net.step(&mut app);
+        }
+        let until = net.now() + 30 * MS;
+        net.run_until(until, &mut app);
+        let (rpc, message) = app.held.take().unwrap();
+        net.with_endpoint(hosts[0], &mut app, |now, ep| ep.send_response(now, rpc, message))
+            .unwrap();
+        settle(&mut net, &mut app, 1000);
+        assert!(app.responses.contains_key(&id));
+        assert_eq!(
+            resends(&net, hosts[1]) > 0,
+            asks,
+            "{len} B: {} RESENDs",
+            resends(&net, hosts[1])
+        );
+    }
+}
+
+#[test]
+fn a_lost_response_to_a_granted_request_is_asked_for_at_the_servers_need_ack() {
+    let config = Config::default();
+    let Star { mut net, hosts, ports, links } = star(2, config.clone(), 1, 7);
+    let mut app = Slow::default();
+    let id = call(&mut net, &mut app, hosts[1], ports[1], hosts[0], pattern(200_000, 1));
+    while app.held.is_none() {
+        net.step(&mut app);
+    }
+    // The response's one packet is lost on its way to the client.
+    net.link_mut(links[1].1).faults.loss = 1.0;
+    let (rpc, _) = app.held.take().unwrap();
+    let sent = net.now();
+    net.with_endpoint(hosts[0], &mut app, |now, ep| ep.send_response(now, rpc, vec![1; 100]))
+        .unwrap();
+    net.run_until(sent + MS / 2, &mut app);
+    net.link_mut(links[1].1).faults.loss = 0.0;
+    settle(&mut net, &mut app, 1000);
+    assert!(app.responses.contains_key(&id));
+    let took = (app.responses_at - sent) / config.tick();
+    assert!(took <= 2 * u64::from(config.request_ack_ticks) + 2, "{took} ticks");
+}
+
+/// Holds the request it receives, for the test to answer; records responses and when.
+#[derive(Default)]
+struct Slow {
+    held: Option<(homa_core::ServerRpc, Vec<u8>)>,
+    responses: std::collections::HashMap<u64, Vec<u8>>,
+    responses_at: u64,
+}
+
+impl homa_core::testnet::App for Slow {
+    fn on_event(
+        &mut self,
+        now: homa_core::Instant,
+        _host: homa_core::testnet::NodeId,
+        _ep: &mut Endpoint,
+        event: homa_core::Event,
+    ) {
+        match event {
+            homa_core::Event::RequestReceived { rpc, message, .. } => {
+                self.held = Some((rpc, message));
+            }
+            homa_core::Event::ResponseReceived { id, message, .. } => {
+                self.responses.insert(id, message);
+                self.responses_at = now.as_nanos();
+            }
+            homa_core::Event::RpcFailed { reason, .. } => panic!("failed: {reason:?}"),
+        }
+    }
+}
+
 /// Echo that records responses by id (one client here) and failures with their time.
 #[derive(Default)]
 struct Recorder {
