@@ -12,7 +12,7 @@ use crate::msg::incoming::{InMessage, Rejected};
 use crate::msg::outgoing::OutMessage;
 use crate::msg::{Payload, PayloadSlice};
 use crate::overload::Overload;
-use crate::peer::{PeerId, PeerTable};
+use crate::peer::{MAX_PATIENCE, PeerId, PeerTable};
 use crate::rpc::{Hasher, Rpc, RpcInfo, RpcRef, RpcTable, State, TimerState};
 use crate::sched::grant::{GrantCx, Grants};
 use crate::sched::tx::{Control, ControlBody, Pacer, TxKey, TxQueues};
@@ -922,6 +922,7 @@ impl Endpoint {
             Body::Resend(rs) => self.handle_resend(from, h, id, rpc, rs),
             Body::RpcUnknown => self.with_rpc(rpc, |ep, r| ep.handle_rpc_unknown(r)),
             Body::Busy => self.with_rpc(rpc, |ep, r| {
+                ep.busy_answered(r);
                 ep.reset_silence(r);
             }),
             Body::Cutoffs(c) => match self.peers.get_or_insert(from, self.now) {
@@ -1062,6 +1063,10 @@ impl Endpoint {
             Arrived::Placed(len) => m.add_placed(offset, len, max_gaps),
         };
         let (complete, grantable) = (m.is_complete(), m.grantable);
+        if added.is_ok() && d.retransmit != 0 {
+            // Resent bytes that fill a hole: a RESEND found a loss. Ask promptly again.
+            self.peers.get_mut(peer).patience = 0;
+        }
         self.send_cutoffs_if_stale(r, peer, d.cutoff_version);
         // The rest waits while DATA of this message keeps coming (a GRO batch, a run in the
         // receive queue): it reads the message's state, which the run's last packet settles.
@@ -1334,6 +1339,17 @@ impl Endpoint {
         true
     }
 
+    /// A BUSY answered our RESEND for granted bytes: the sender still had them queued (it
+    /// sends shorter messages first, or its host fell behind), so none was lost. Its next
+    /// silences are given longer before we ask again (`Peer::patience`).
+    fn busy_answered(&mut self, r: RpcRef) {
+        let Some(x) = self.rpcs.get(r) else { return };
+        if x.state == State::Incoming && x.timer.asked > 0 {
+            let p = self.peers.get_mut(x.peer);
+            p.patience = (p.patience + 1).min(MAX_PATIENCE);
+        }
+    }
+
     fn handle_rpc_unknown(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get_mut(r) else { return };
         if !x.is_client() {
@@ -1530,6 +1546,8 @@ impl Endpoint {
             let own = silent * timeout / u64::from(c.ack_timeout_ticks).max(timeout);
             silent = heard.min(silent).max(own);
             timeout / 2
+        } else if x.state == State::Incoming {
+            (resend << self.peers.get(x.peer).patience).min(timeout / 2)
         } else {
             resend
         };

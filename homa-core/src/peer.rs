@@ -42,13 +42,22 @@ pub(crate) struct Peer {
     pub(crate) cutoffs_sent_tick: Option<u64>,
     /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
     pub(crate) cutoffs: [u32; MAX_PRIORITIES as usize],
+    /// How patient a receiver is with this sender: its first RESEND for granted bytes waits
+    /// `resend_ticks << patience` silent ticks. Each BUSY answer (the bytes were still
+    /// queued at the sender, not lost) adds one, up to `MAX_PATIENCE`; resent bytes that
+    /// fill a hole (a loss after all) set it back to 0.
+    pub(crate) patience: u8,
     /// Client RPCs finished but not yet acknowledged to this (server) peer.
     acks: [Ack; MAX_ACKS],
 }
 
+/// At most `resend_ticks << MAX_PATIENCE` (80 ticks by default, and never more than half the
+/// timeout) before a receiver asks a sender that has kept answering BUSY.
+pub(crate) const MAX_PATIENCE: u8 = 4;
+
 const _: () = {
     assert!(core::mem::offset_of!(Peer, cutoffs) == 64, "the lookup's fields fit one line");
-    assert!(core::mem::offset_of!(Peer, acks) <= 96, "the cutoffs fit the second line");
+    assert!(core::mem::offset_of!(Peer, patience) < 128, "the cutoffs fit the second line");
 };
 
 impl Peer {
@@ -70,6 +79,7 @@ impl Peer {
             active_grants: 0,
             last_used: now,
             heard: 0,
+            patience: 0,
         }
     }
 
