@@ -22,7 +22,7 @@ export interface OpenOptions {
    * over them. Such a socket cannot make calls (HomaError kind 'shared_port'). */
   reusePort?: boolean;
   /** Config fields by name (`max_message_length`, `timeout_ticks`, ...; see `configFields`). */
-  [config: string]: number | number[] | string | null | undefined;
+  [config: string]: number | number[] | string | boolean | null | undefined;
 }
 
 export interface CallOptions {

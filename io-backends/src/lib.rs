@@ -54,7 +54,7 @@ pub mod transport;
 
 pub use cidr::{Cidr, CidrParseError};
 pub use error::{Error, Result};
-pub use homa_core::{ApiError, Config, Payload, Phase, RpcInfo};
+pub use homa_core::{ApiError, Config, Payload, Phase, Progress, RpcInfo};
 pub use malloc::retain_freed_buffers;
 pub use reactor::Reactor;
 pub use socket::{Builder, Call, Metrics, Poller, RecvRequest, Request, Socket};

@@ -6,6 +6,8 @@ async function main(): Promise<void> {
   const server: homa.Socket = await homa.open({ port: 4000, host: '127.0.0.1', timeout_ticks: 2000 });
   const serving: Promise<void> = server.serve(async (req: homa.Request) => req.message);
   const client = await homa.open({ host: 'localhost', transport: 'udp' });
+  const worker = await homa.open({ port: 4001, reusePort: true, busyPollMs: 0 });
+  worker.close();
   const packet: number = client.mtu + client.linkMbps;
   const controller = new AbortController();
   const reply: Buffer = await client.call(server.localAddr, Buffer.from('hi'), {

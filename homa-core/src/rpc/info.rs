@@ -10,7 +10,7 @@ use crate::error::Grouped;
 
 /// One RPC an endpoint holds, as [`Endpoint::rpcs`](crate::Endpoint::rpcs) shows it. Its
 /// `Display` is one line for a log or a report, e.g. `client RPC 42 with 10.0.0.1:4000:
-/// awaiting the response; request 1,000,000 B: all sent; silent 3 ticks`.
+/// awaiting the response; request 1,000,000 B, all sent; silent 3 ticks`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RpcInfo {
     /// The id the client gave it (even), the same on both sides.
