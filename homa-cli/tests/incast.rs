@@ -76,6 +76,7 @@ fn every_contender_answers_every_request_through_the_priority_classes() {
             }
         }
         assert!(c["probe"]["count"].as_u64().unwrap() > 0, "{name}");
+        assert!(c["closed_probe"]["count"].as_u64().unwrap() > 0, "{name}");
         assert!(c["barrier"]["count"].as_u64().unwrap() > 0, "{name}");
         let per_class: Vec<u64> = c["per_class_packets"]
             .as_array()

@@ -128,7 +128,9 @@ impl Clients {
         python: &str,
     ) -> Result<Clients, Error> {
         let addr = SocketAddr::new(topo.server.ip, PORT);
-        let hosts = std::iter::once(&topo.probe).chain(&topo.clients);
+        // The probe host twice: first the open-loop probe, last the closed-loop one.
+        let probe = std::iter::once(&topo.probe);
+        let hosts = probe.clone().chain(&topo.clients).chain(probe);
         if kind == Kind::HomaPython {
             let server = python::PyServer::open(python, &topo.server, link_mbps)?;
             let hosts = hosts
@@ -178,8 +180,9 @@ impl Clients {
         Ok(Clients { hosts, server: Box::new(server) })
     }
 
-    /// Sends `size` bytes from host `host` (0 the probe, then the clients); `short` marks
-    /// the requests that TCP-top sends in its top class.
+    /// Sends `size` bytes from host `host` (0 the probe, then the clients, then the
+    /// closed-loop probe on the probe's host); `short` marks the requests that TCP-top sends
+    /// in its top class.
     pub(super) fn start(&self, host: usize, size: usize, short: bool, done: Done) {
         self.hosts[host].start(size, short, done);
     }

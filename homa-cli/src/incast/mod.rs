@@ -48,7 +48,8 @@ Python package in a process per host, when named), one after another with the sa
 requests:
   mixed    Poisson requests from every client, sizes from --workload, at each of --loads
   burst    every client sends --burst-bytes at once every --burst-period-ms, while the \
-probe host sends 100-byte requests (--probe-rate per second)
+probe host sends 100-byte requests (--probe-rate per second), and another 100-byte request \
+at a time in a closed loop
   barrier  rounds in which every client sends 1 KB and the round ends with the slowest \
 reply, while bulk requests (W5, cut to 1 MB) load the bottleneck to 80 %
 Responses are 100 bytes. Homa paces for --link-mbps: set it to the real bottleneck's rate. \
@@ -180,7 +181,11 @@ impl Part {
 enum Role {
     /// A request of the mixed workload.
     Load,
+    /// The burst workload's probe: Poisson arrivals, however many are in flight.
     Probe,
+    /// The same probe in a closed loop: one request at a time, each sent when the last
+    /// returned (on a connection of its own for TCP).
+    ClosedProbe,
     /// A request of an incast burst.
     Burst,
     /// The barrier's background load (its check-ins are counted per round).
@@ -349,6 +354,34 @@ fn sleep_until(at: Instant) {
     }
 }
 
+/// Sends the closed-loop probe from `host` until `end`: one request at a time, the next as
+/// soon as the last returned.
+fn closed_probe(clients: &Clients, host: usize, end: Instant) -> Vec<Record> {
+    let mut records = Vec::new();
+    while Instant::now() < end {
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        clients.start(
+            host,
+            PROBE_BYTES,
+            true,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        let result = match rx.recv_timeout(DRAIN) {
+            Ok(r) => r.map(|at| at.saturating_duration_since(t0)),
+            Err(_) => Err("unfinished"),
+        };
+        let failed = result.is_err();
+        records.push(Record { role: Role::ClosedProbe, size: PROBE_BYTES, result });
+        if failed {
+            break;
+        }
+    }
+    records
+}
+
 /// Runs the barrier's rounds until `end`: all clients check in, the round ends with the
 /// last reply, then a 1 ms pause.
 fn rounds(clients: &Clients, n: usize, end: Instant) -> Vec<Result<Duration, &'static str>> {
@@ -414,7 +447,7 @@ fn run_one(
     let sampling = AtomicBool::new(true);
     let started = Instant::now();
     let end = started + streams.duration;
-    let (peak, rounds) = std::thread::scope(|s| -> Result<_, Error> {
+    let (peak, rounds, closed) = std::thread::scope(|s| -> Result<_, Error> {
         let sampler = s.spawn(|| {
             let mut peak = 0;
             while sampling.load(Ordering::Relaxed) {
@@ -427,19 +460,23 @@ fn run_one(
         });
         let barrier =
             (part == Part::Barrier).then(|| s.spawn(|| rounds(&clients, streams.clients, end)));
+        let closed = (part == Part::Burst)
+            .then(|| s.spawn(|| closed_probe(&clients, streams.clients + 1, end)));
         for &r in requests {
             sleep_until(started + r.at);
             start(&clients, &tally, r);
         }
         let rounds = barrier.map(|b| b.join().unwrap_or_default()).unwrap_or_default();
         tally.wait_for(requests.len() + rounds.len() * streams.clients, Instant::now() + DRAIN);
+        let closed = closed.map(|c| c.join().unwrap_or_default()).unwrap_or_default();
         sampling.store(false, Ordering::Relaxed);
-        Ok((sampler.join().unwrap_or(0), rounds))
+        Ok((sampler.join().unwrap_or(0), rounds, closed))
     })?;
     let seconds = started.elapsed().as_secs_f64();
     // Taken before closing, which fails whatever is still in flight.
-    let records = std::mem::take(&mut *tally.records.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut records = std::mem::take(&mut *tally.records.lock().unwrap_or_else(|e| e.into_inner()));
     let unfinished = requests.len().saturating_sub(records.len());
+    records.extend(closed);
     let failures = records.iter().filter(|r| r.result.is_err()).count()
         + rounds.iter().filter(|r| r.is_err()).count();
     let unanswered = if unfinished + failures > 0 { clients.unanswered() } else { Vec::new() };
