@@ -4,30 +4,16 @@
 
 use std::net::SocketAddr;
 
-use homa_core::wire::{Ack, Body, PacketType, data, header};
+use homa_core::wire::{Body, PacketType, header};
 use homa_core::{Config, Endpoint, Instant};
 
 mod common;
-use common::{SERVER_PORT, packet, request_data};
+use common::{SERVER_PORT, data_packet, packet};
 
 const LENGTH: u32 = 100_000;
 
-fn data_packet(offset: u32, len: usize, retransmit: bool) -> Vec<u8> {
-    if !retransmit {
-        return request_data(LENGTH, 40_000, offset, len);
-    }
-    let mut h = header::Repr::new(PacketType::Data, 40_000, SERVER_PORT, 100);
-    h.sequence = offset;
-    let repr = data::Repr {
-        message_length: LENGTH,
-        incoming: 40_000,
-        ack: Ack::NONE,
-        cutoff_version: Config::default().cutoff_version,
-        retransmit: 1,
-        pad: [0; 3],
-        seg_offset: offset,
-    };
-    packet(h, Body::Data { repr, payload: &vec![7; len] })
+fn data(offset: u32, len: usize, retransmit: bool) -> Vec<u8> {
+    data_packet(100, LENGTH, 40_000, offset, len, retransmit)
 }
 
 /// Runs the timers tick by tick from `tick`; returns the first tick that sends a RESEND.
@@ -59,8 +45,8 @@ fn busy_answers_make_a_receiver_patient_and_a_found_loss_prompt() {
     let at = |tick: u64| Instant::from_nanos(tick * tick_ns);
     let busy = packet(header::Repr::new(PacketType::Busy, 40_000, SERVER_PORT, 100), Body::Busy);
     // The first packet and one past a hole arrive; the rest of the unscheduled bytes do not.
-    ep.handle_packet(at(0), from, &data_packet(0, 1_000, false)).unwrap();
-    ep.handle_packet(at(0), from, &data_packet(2_000, 1_000, false)).unwrap();
+    ep.handle_packet(at(0), from, &data(0, 1_000, false)).unwrap();
+    ep.handle_packet(at(0), from, &data(2_000, 1_000, false)).unwrap();
     let mut tick = 0;
     let mut waits = vec![];
     for _ in 0..5 {
@@ -70,7 +56,7 @@ fn busy_answers_make_a_receiver_patient_and_a_found_loss_prompt() {
     }
     assert_eq!(waits, [5, 10, 20, 40, 50], "doubling, up to half the timeout");
     // The sender resends the hole's bytes: the RESEND found a loss.
-    ep.handle_packet(at(tick), from, &data_packet(1_000, 1_000, true)).unwrap();
+    ep.handle_packet(at(tick), from, &data(1_000, 1_000, true)).unwrap();
     let start = tick;
     assert_eq!(next_resend(&mut ep, &mut tick, tick_ns) - start, 5);
 }

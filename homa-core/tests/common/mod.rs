@@ -117,6 +117,18 @@ pub(crate) fn request_data_of(
     offset: u32,
     len: usize,
 ) -> Vec<u8> {
+    data_packet(id, length, incoming, offset, len, false)
+}
+
+/// `request_data_of`, marked as a retransmission when `retransmit`.
+pub(crate) fn data_packet(
+    id: u64,
+    length: u32,
+    incoming: u32,
+    offset: u32,
+    len: usize,
+    retransmit: bool,
+) -> Vec<u8> {
     let mut h = header::Repr::new(PacketType::Data, 40_000, SERVER_PORT, id);
     h.sequence = offset;
     let repr = data::Repr {
@@ -124,7 +136,7 @@ pub(crate) fn request_data_of(
         incoming,
         ack: Ack::NONE,
         cutoff_version: Config::default().cutoff_version,
-        retransmit: 0,
+        retransmit: u8::from(retransmit),
         pad: [0; 3],
         seg_offset: offset,
     };

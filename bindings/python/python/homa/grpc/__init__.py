@@ -72,7 +72,7 @@ class RpcError(grpc.RpcError, grpc.Call):  # type: ignore[misc]
         return False
 
 
-class Channel:
+class Channel(_common.UnaryOnly):
     """The blocking channel ``insecure_channel`` returns: generated stubs take it as they
     take a ``grpc.Channel``. One Homa client socket (thread-safe), opened at the first call."""
 
@@ -97,15 +97,6 @@ class Channel:
         _registered_method: bool | None = False,
     ) -> _UnaryUnary:
         return _UnaryUnary(self, method, request_serializer, response_deserializer)
-
-    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
-        return _common.Streaming("unary-stream", method)
-
-    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
-        return _common.Streaming("stream-unary", method)
-
-    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
-        return _common.Streaming("stream-stream", method)
 
     def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
         callback(grpc.ChannelConnectivity.READY)

@@ -129,3 +129,16 @@ class Streaming:
             f"carries unary calls, one Homa RPC each); serve this method over grpc.aio "
             f"meanwhile"
         )
+
+
+class UnaryOnly:
+    """What both channels answer for the streaming kinds: a multi-callable that refuses."""
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Streaming:
+        return Streaming("unary-stream", method)
+
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Streaming:
+        return Streaming("stream-unary", method)
+
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Streaming:
+        return Streaming("stream-stream", method)

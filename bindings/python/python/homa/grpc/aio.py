@@ -27,7 +27,7 @@ from ._common import MetadataLike
 Serializer = Callable[[Any], bytes] | None
 
 
-class Channel:
+class Channel(_common.UnaryOnly):
     """What ``insecure_channel`` returns: generated ``*Stub`` classes take it as they take a
     ``grpc.aio.Channel``. One Homa client socket, opened at the first call; ``options`` may
     hold its options as ``("homa.<name>", value)``."""
@@ -55,15 +55,6 @@ class Channel:
         _registered_method: bool | None = False,
     ) -> UnaryUnaryMultiCallable:
         return UnaryUnaryMultiCallable(self, method, request_serializer, response_deserializer)
-
-    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
-        return _common.Streaming("unary-stream", method)
-
-    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
-        return _common.Streaming("stream-unary", method)
-
-    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> _common.Streaming:
-        return _common.Streaming("stream-stream", method)
 
     async def channel_ready(self) -> None:
         await self._sock()
