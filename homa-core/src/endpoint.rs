@@ -906,7 +906,8 @@ impl Endpoint {
         if self.deferred.is_some() && (rpc != self.deferred || !data) {
             self.settle_deferred();
         }
-        if let Some(x) = rpc.and_then(|r| self.rpcs.get(r)) {
+        // The peer is there (`Peer::heard`); DATA says so once per run, in `handle_data`.
+        if !data && let Some(x) = rpc.and_then(|r| self.rpcs.get(r)) {
             self.peers.get_mut(x.peer).heard = self.tick as u32;
         }
         match p.body {
@@ -1076,6 +1077,7 @@ impl Endpoint {
             return true;
         }
         self.settle_data(); // the run's earlier packets, before this one ends it
+        self.peers.get_mut(peer).heard = tick as u32;
         match added {
             Ok(()) => {}
             Err(Rejected::Duplicate) => self.metrics.drops.duplicate += 1,
