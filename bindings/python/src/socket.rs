@@ -297,7 +297,10 @@ impl Socket {
 
     /// Counters: ``core`` (the endpoint's, as :meth:`Endpoint.metrics`), ``transport``
     /// (datagrams and system calls), ``dropped_by_allow_list``, ``wakeups`` (of the driver
-    /// thread), ``pending_calls``, ``queued_requests``, ``receive_errors``, ``send_errors``.
+    /// thread), ``pending_calls``, ``queued_requests``, ``receive_errors``, ``send_errors``,
+    /// ``loop_stalls`` (the event loop fell behind and the driver thread received for it),
+    /// ``late_timers`` (the driver thread's timers ran so late that peers may ask for
+    /// resends: the host is short of CPU).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let live = lock(&self.inner).clone();
         let m = match live {

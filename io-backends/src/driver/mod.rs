@@ -89,6 +89,8 @@ pub(crate) struct DriverCounters {
     /// Times the attached event loop left input waiting for four ticks, and the driver thread
     /// received for it until it drove again.
     pub(crate) loop_stalls: u64,
+    /// Timers run `resend_ticks - 1` ticks or more after they were due.
+    pub(crate) late_timers: u64,
 }
 
 /// Everything the lock protects.
@@ -217,6 +219,13 @@ impl Inner {
     /// two milliseconds) was taken over 45 times a second, and made half the calls.
     fn stall_limit(&self) -> Nanos {
         STALL_TICKS * self.alarm.tick_ns
+    }
+
+    /// How late a timer runs before it counts in `late_timers`: so late that a peer
+    /// waiting on this host may ask for a resend because of it alone.
+    fn late_limit(&self) -> Nanos {
+        let ticks = self.endpoint.config().resend_ticks.saturating_sub(1).max(1);
+        u64::from(ticks) * self.alarm.tick_ns
     }
 
     /// The endpoint holds no RPC, and no call or reply waits.
@@ -665,6 +674,9 @@ impl Shared {
             }
             let mut inner = self.lock();
             if fired {
+                if inner.alarm.armed().is_some_and(|at| self.now() >= at + inner.late_limit()) {
+                    inner.counters.late_timers += 1;
+                }
                 inner.alarm.fired(); // consumed: the next settle arms it again
             }
             if errored {

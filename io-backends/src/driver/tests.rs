@@ -323,6 +323,19 @@ fn a_future_has_the_driver_thread_receive() {
 }
 
 #[test]
+fn a_timer_run_late_is_counted() {
+    let s = Setup::new(false);
+    let _call = s.start_call(b"ping"); // unanswered: its RESEND timer is armed
+    // Hold the socket past the alarm and the lateness that counts, as a thread that
+    // holds it and loses its CPU would.
+    let inner = s.shared.lock();
+    let counts_at = inner.alarm.armed().expect("armed") + inner.late_limit();
+    until("the timer is that late", || s.shared.now() >= counts_at);
+    drop(inner);
+    until("the late timer is counted", || s.counters().late_timers >= 1);
+}
+
+#[test]
 fn a_leader_blocked_in_the_waiter_is_woken_when_its_deadline_passes() {
     let s = Setup::new(true);
     let call = s.call_in_thread(Some(Duration::from_millis(20)));

@@ -29,6 +29,11 @@ impl Alarm {
         Alarm { fd, origin, tick_ns, armed: None, armed_for: 0 }
     }
 
+    /// When the timerfd fires, if it is armed.
+    pub(super) fn armed(&self) -> Option<Nanos> {
+        self.armed
+    }
+
     /// The driver thread consumed an expiry: the next `arm` sets the timer again.
     pub(super) fn fired(&mut self) {
         self.armed = None;

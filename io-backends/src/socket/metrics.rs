@@ -33,6 +33,11 @@ pub struct Metrics {
     /// waiting for four timer ticks (busy with the application's work) and the driver thread
     /// received for it until it drove again.
     pub loop_stalls: u64,
+    /// Times the driver thread ran its timers `resend_ticks - 1` ticks or more after they
+    /// were due: the host gave it no CPU, or another thread held the socket that long. A
+    /// peer waiting on this host meanwhile hears nothing and may ask for a resend, for no
+    /// lost packet; many mean the host is short of CPU.
+    pub late_timers: u64,
 }
 
 impl Metrics {
@@ -53,6 +58,7 @@ impl Metrics {
             ("receive_errors", self.receive_errors),
             ("send_errors", self.send_errors),
             ("loop_stalls", self.loop_stalls),
+            ("late_timers", self.late_timers),
         ] {
             v.insert(name, n);
         }

@@ -393,6 +393,7 @@ impl Socket {
             receive_errors: inner.counters.receive_errors,
             send_errors: inner.counters.send_errors,
             loop_stalls: inner.counters.loop_stalls,
+            late_timers: inner.counters.late_timers,
         })
     }
 
