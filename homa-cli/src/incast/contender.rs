@@ -96,6 +96,9 @@ pub(super) struct Counters {
     /// Packets Homa's own sockets lost: refused by the kernel on send, or dropped on a full
     /// receive buffer (not the bottleneck's drops).
     pub(super) homa_host_drops: u64,
+    /// Timers Homa's sockets ran so late that a peer may have asked for a resend because
+    /// of it alone (`Metrics::late_timers`): the hosts' share of the CPUs fell short.
+    pub(super) homa_late_timers: u64,
     /// CPU seconds of the contender's own processes (this one's are counted apart).
     pub(super) cpu_s: f64,
 }
@@ -150,7 +153,7 @@ impl Clients {
             let buf = Arc::new((0..MAX_MESSAGE).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
             let hosts = hosts
                 .map(|h| {
-                    let socket = in_netns(&h.ns, || {
+                    let socket = in_netns(h, || {
                         builder.clone().client(h.ip).map_err(net_error("opening a client socket"))
                     })?;
                     let (buf, events) = (Arc::clone(&buf), collector.events.clone());
@@ -169,7 +172,7 @@ impl Clients {
         };
         let hosts = hosts
             .map(|h| {
-                in_netns(&h.ns, || {
+                in_netns(h, || {
                     let open = |tos| Conn::open(addr, tos);
                     let conns = (0..conns).map(|_| open(0)).collect::<Result<_, _>>()?;
                     let top = if top { Some(open(0xe0)?) } else { None };
@@ -211,6 +214,7 @@ impl Clients {
             sum.homa_resends += c.homa_resends;
             sum.homa_busy += c.homa_busy;
             sum.homa_host_drops += c.homa_host_drops;
+            sum.homa_late_timers += c.homa_late_timers;
             sum.cpu_s += c.cpu_s;
         };
         for h in self.hosts {
@@ -229,6 +233,7 @@ fn homa_counters(socket: &Socket) -> Counters {
         homa_resends: core.packets_out_by_type[2],
         homa_busy: core.packets_in_by_type[4],
         homa_host_drops: m.transport.tx_dropped + m.transport.rx_overflow,
+        homa_late_timers: m.late_timers,
         cpu_s: 0.0,
     }
 }
@@ -240,18 +245,20 @@ struct HomaServer {
 
 impl HomaServer {
     fn open(host: &Host, builder: &homa_io::Builder) -> Result<HomaServer, Error> {
-        let socket = in_netns(&host.ns, || {
-            bind(builder, host.ip, PORT).map_err(net_error("opening the server socket"))
-        })?;
-        let socket = Arc::new(socket);
-        let served = Arc::new(Served::default());
-        let threads = (0..2)
-            .map(|_| {
-                let (socket, served) = (Arc::clone(&socket), Arc::clone(&served));
-                std::thread::spawn(move || serve(&socket, &served, Some(RESPONSE_BYTES)))
-            })
-            .collect();
-        Ok(HomaServer { socket, threads })
+        // The threads start in the host, on its CPUs.
+        in_netns(host, || {
+            let socket =
+                bind(builder, host.ip, PORT).map_err(net_error("opening the server socket"))?;
+            let socket = Arc::new(socket);
+            let served = Arc::new(Served::default());
+            let threads = (0..2)
+                .map(|_| {
+                    let (socket, served) = (Arc::clone(&socket), Arc::clone(&served));
+                    std::thread::spawn(move || serve(&socket, &served, Some(RESPONSE_BYTES)))
+                })
+                .collect();
+            Ok(HomaServer { socket, threads })
+        })
     }
 }
 
@@ -373,32 +380,34 @@ impl Collector {
 struct TcpServer {
     addr: SocketAddr,
     stopping: Arc<AtomicBool>,
-    ns: String,
+    host: Host,
     accept: JoinHandle<()>,
 }
 
 impl TcpServer {
     fn open(host: &Host) -> Result<TcpServer, Error> {
         let addr = SocketAddr::new(host.ip, PORT);
-        let listener = in_netns(&host.ns, || {
-            TcpListener::bind(addr).map_err(Error::io("opening the TCP server socket"))
-        })?;
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&stopping);
-        let accept = std::thread::spawn(move || {
-            let mut conns = Vec::new();
-            for stream in listener.incoming() {
-                if stop.load(Ordering::Acquire) {
-                    break;
+        // The threads start in the host, on its CPUs.
+        let accept = in_netns(host, || {
+            let listener =
+                TcpListener::bind(addr).map_err(Error::io("opening the TCP server socket"))?;
+            Ok(std::thread::spawn(move || {
+                let mut conns = Vec::new();
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    conns.push(std::thread::spawn(move || answer(stream)));
                 }
-                let Ok(stream) = stream else { continue };
-                conns.push(std::thread::spawn(move || answer(stream)));
-            }
-            for c in conns {
-                let _ = c.join();
-            }
-        });
-        Ok(TcpServer { addr, stopping, ns: host.ns.clone(), accept })
+                for c in conns {
+                    let _ = c.join();
+                }
+            }))
+        })?;
+        Ok(TcpServer { addr, stopping, host: host.clone(), accept })
     }
 }
 
@@ -432,7 +441,7 @@ impl Server for TcpServer {
         self.stopping.store(true, Ordering::Release);
         // Wake the accept loop with one last connection, from the server's namespace.
         let addr = self.addr;
-        let _ = in_netns(&self.ns, || Ok(TcpStream::connect(addr)));
+        let _ = in_netns(&self.host, || Ok(TcpStream::connect(addr)));
         let _ = self.accept.join();
         Counters::default()
     }

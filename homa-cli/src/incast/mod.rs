@@ -37,6 +37,7 @@ Examples:
   sudo homa incast --clients 3 --duration 0.5 --contenders homa/udp,tcp --keep
   sudo homa incast --contenders homa/udp,homa/python,tcp --python .venv/bin/python
   sudo homa incast --cpu-hog 2      # overloaded hosts: two busy loops beside the lab
+  sudo homa incast --own-cpu --workloads burst   # the probe's hosts off the load's CPUs
 
 Builds a lab of network namespaces: --clients load clients, a probe client and a server, \
 joined by a bridge. The bridge's port toward the server is the bottleneck: HTB at \
@@ -57,8 +58,9 @@ The report gives per contender the probe's and short messages' latency, round ti
 slowdown per size bin, goodput, the bottleneck's drops and packets per class (and, with \
 nftables, the top class's packets longer than a short message's), \
 retransmissions and CPU time; per workload the RESENDs Homa sent, the BUSY answers they got, \
-packets resent and dropped, and requests left unanswered, with where each of those stood on \
-its client and the server; then each target against TCP. The namespaces are removed at \
+packets resent and dropped, requests left unanswered, with where each of those stood on \
+its client and the server, and the timers Homa's sockets ran 4 ms or more late (the \
+hosts' CPU falling short); then each target against TCP. The namespaces are removed at \
 the end, on an error and on Ctrl-C, unless --keep.")]
 pub(crate) struct Args {
     /// Load clients (the probe host comes on top).
@@ -98,6 +100,11 @@ pub(crate) struct Args {
     /// that the hosts compete with them for the CPUs (as on a loaded server).
     #[arg(long, value_name = "N", default_value_t = 0)]
     cpu_hog: usize,
+    /// The server and the probe host run on a CPU of their own (the last), the load clients
+    /// and this command on the others: the load's CPU work then stays off the probe's path,
+    /// as on hosts of their own.
+    #[arg(long)]
+    own_cpu: bool,
     /// The Python interpreter the homa/python contender runs (it needs the package
     /// homa-transport).
     #[arg(long, value_name = "PATH", default_value = "python3")]
@@ -301,6 +308,8 @@ struct Run {
     unanswered: Vec<String>,
     /// Packets Homa's sockets lost in the hosts (see `Counters::homa_host_drops`).
     host_drops: u64,
+    /// See `Counters::homa_late_timers`.
+    late_timers: u64,
     seconds: f64,
 }
 
@@ -460,15 +469,22 @@ fn run_one(
         });
         let barrier =
             (part == Part::Barrier).then(|| s.spawn(|| rounds(&clients, streams.clients, end)));
-        let closed = (part == Part::Burst)
-            .then(|| s.spawn(|| closed_probe(&clients, streams.clients + 1, end)));
+        let closed = (part == Part::Burst).then(|| {
+            s.spawn(|| {
+                topo::pin(&topo.probe.cpus)?;
+                Ok(closed_probe(&clients, streams.clients + 1, end))
+            })
+        });
         for &r in requests {
             sleep_until(started + r.at);
             start(&clients, &tally, r);
         }
         let rounds = barrier.map(|b| b.join().unwrap_or_default()).unwrap_or_default();
         tally.wait_for(requests.len() + rounds.len() * streams.clients, Instant::now() + DRAIN);
-        let closed = closed.map(|c| c.join().unwrap_or_default()).unwrap_or_default();
+        let closed = match closed.map(|c| c.join()) {
+            Some(Ok(closed)) => closed?,
+            _ => Vec::new(),
+        };
         sampling.store(false, Ordering::Relaxed);
         Ok((sampler.join().unwrap_or(0), rounds, closed))
     })?;
@@ -508,6 +524,7 @@ fn run_one(
         busy: counters.homa_busy,
         unanswered,
         host_drops: counters.homa_host_drops,
+        late_timers: counters.homa_late_timers,
         seconds,
     })
 }
@@ -610,7 +627,9 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         });
     }
     let lab = || -> Result<_, Error> {
-        let topo = Topology::create(args.clients, shape, teardown.clone())?;
+        let topo = Topology::create(args.clients, shape, teardown.clone(), args.own_cpu)?;
+        // This thread starts the load's requests, and its threads run with the load.
+        topo::pin(&topo.clients[0].cpus)?;
         let _hogs = CpuHogs::start(args.cpu_hog)?;
         let namespaces = topo.namespaces();
         let bar = progress_bar(args.quiet, kinds.len() * parts.len());

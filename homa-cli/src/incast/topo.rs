@@ -79,11 +79,13 @@ impl Teardown {
     }
 }
 
-/// One host of the lab: its namespace and address.
+/// One host of the lab: its namespace, address, and the CPUs its threads run on (empty:
+/// any, as the rest of this process).
 #[derive(Debug, Clone)]
 pub(super) struct Host {
     pub(super) ns: String,
     pub(super) ip: IpAddr,
+    pub(super) cpus: Vec<usize>,
 }
 
 /// The bottleneck's shape.
@@ -115,12 +117,16 @@ pub(super) const LEVELS: usize = 8;
 
 impl Topology {
     /// Creates the lab: `clients` load clients, a probe client and a server, with names
-    /// unique to this process.
+    /// unique to this process. With `own_cpu`, the server and the probe host run on the
+    /// last CPU and the load clients on the others (see [`own_cpu_plan`]).
     pub(super) fn create(
         clients: usize,
         shape: Shape,
         teardown: Teardown,
+        own_cpu: bool,
     ) -> Result<Topology, Error> {
+        let (theirs, load) =
+            if own_cpu { own_cpu_plan(&cpus_allowed()?)? } else { (Vec::new(), Vec::new()) };
         let id = format!("hi{}", std::process::id() % 100_000);
         let bridge = format!("{id}b");
         // Each name is listed for removal before it exists: a signal in between must not
@@ -157,7 +163,8 @@ impl Topology {
             sh("ip", &["-n", &name, "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
             sh("ip", &["-n", &name, "link", "set", "eth0", "gso_max_segs", "1", "up"])?;
             sh("ip", &["-n", &name, "link", "set", "lo", "up"])?;
-            hosts.push(Host { ns: name, ip });
+            let cpus = if k < 2 { theirs.clone() } else { load.clone() };
+            hosts.push(Host { ns: name, ip, cpus });
         }
         let mut hosts = hosts.into_iter();
         let topo = Topology {
@@ -348,12 +355,57 @@ pub(super) struct Queue {
     pub(super) backlog_bytes: u64,
 }
 
-/// Runs `f` on a thread inside network namespace `ns`: sockets it opens, and threads it
-/// starts, live there.
+/// The CPUs of `--own-cpu`: the last one for the server and the probe host, the others
+/// for the load clients (and this command's own threads). On a machine with few CPUs the
+/// lab's hosts otherwise take CPU time from each other, as real hosts do not: this keeps
+/// the load's CPU work off the probe's path.
+pub(super) fn own_cpu_plan(allowed: &[usize]) -> Result<(Vec<usize>, Vec<usize>), Error> {
+    match allowed.split_last() {
+        Some((&last, rest)) if !rest.is_empty() => Ok((vec![last], rest.to_vec())),
+        _ => Err(Error::Input("--own-cpu needs at least two CPUs".into())),
+    }
+}
+
+/// The CPUs this thread may run on.
+fn cpus_allowed() -> Result<Vec<usize>, Error> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; the kernel fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a live set of the size given.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return Err(Error::io("reading the CPU affinity")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: reads a set the kernel filled.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Runs this thread, and the threads and processes it starts from now on, on `cpus` (none:
+/// left as it is).
+pub(super) fn pin(cpus: &[usize]) -> Result<(), Error> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: c < CPU_SETSIZE: it came from cpus_allowed.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: a live set of the size given.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if rc != 0 {
+        return Err(Error::io("setting the CPU affinity")(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Runs `f` on a thread inside `host`'s network namespace and on its CPUs: sockets it
+/// opens, and threads and processes it starts, live there.
 pub(super) fn in_netns<T: Send>(
-    ns: &str,
+    host: &Host,
     f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> Result<T, Error> {
+    let ns = &host.ns;
     let file = File::open(format!("/run/netns/{ns}"))
         .map_err(Error::io(format!("opening namespace {ns}")))?;
     std::thread::scope(|s| {
@@ -364,6 +416,7 @@ pub(super) fn in_netns<T: Send>(
                     std::io::Error::last_os_error(),
                 ));
             }
+            pin(&host.cpus)?;
             f()
         })
         .join()
@@ -381,4 +434,17 @@ pub(super) fn tcp_retransmissions(ns: &str) -> Result<u64, Error> {
         v.split_whitespace().nth(i)?.parse().ok()
     });
     found.ok_or_else(|| Error::Failed(format!("no Tcp RetransSegs in /proc/net/snmp of {ns}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_cpu_plan;
+
+    #[test]
+    fn own_cpu_gives_the_last_cpu_to_the_server_and_probe_host() {
+        assert_eq!(own_cpu_plan(&[0, 1]).unwrap(), (vec![1], vec![0]));
+        assert_eq!(own_cpu_plan(&[2, 5, 7]).unwrap(), (vec![7], vec![2, 5]));
+        assert!(own_cpu_plan(&[3]).is_err());
+        assert!(own_cpu_plan(&[]).is_err());
+    }
 }

@@ -31,6 +31,7 @@ def counters(sock: homa.AsyncSocket, cpu0: float) -> str:
             "resends": core["packets_out_by_type"]["RESEND"],
             "busy": core["packets_in_by_type"]["BUSY"],
             "host_drops": transport["tx_dropped"] + transport["rx_overflow"],
+            "late_timers": metrics["late_timers"],
         }
     )
 

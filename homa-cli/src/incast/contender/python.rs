@@ -29,7 +29,7 @@ struct Process {
 impl Process {
     /// Starts `python.py ARGS` in `host`'s namespace and waits for it to be ready.
     fn start(python: &str, host: &Host, args: &[String]) -> Result<Process, Error> {
-        let mut child = in_netns(&host.ns, || {
+        let mut child = in_netns(host, || {
             Command::new(python)
                 .arg("-c")
                 .arg(SCRIPT)
@@ -116,6 +116,7 @@ fn parse_counters(line: &str) -> Counters {
         homa_resends: v["resends"].as_u64().unwrap_or(0),
         homa_busy: v["busy"].as_u64().unwrap_or(0),
         homa_host_drops: v["host_drops"].as_u64().unwrap_or(0),
+        homa_late_timers: v["late_timers"].as_u64().unwrap_or(0),
         cpu_s: v["cpu_s"].as_f64().unwrap_or(0.0),
     }
 }
