@@ -22,6 +22,7 @@ use crate::error::Error;
 mod rtt;
 mod throughput;
 mod uring;
+mod veth;
 
 /// Benchmark Homa against plain UDP and TCP over loopback (no setup needed).
 #[derive(Debug, clap::Args)]
@@ -84,8 +85,36 @@ impl HomaPair {
     ) -> homa_io::Result<HomaPair> {
         let builder = builder.clone().transport(kind);
         let (server_ip, client_ip) = pair_ips(kind, n);
-        let server = Arc::new(crate::server::bind(&builder, server_ip, 0)?);
+        let server = crate::server::bind(&builder, server_ip, 0)?;
         let client = builder.client(client_ip)?;
+        HomaPair::serve(server, client, response_len)
+    }
+
+    /// A pair across `veth`: the server at its server end, the client at the other.
+    fn open_across(
+        builder: &Builder,
+        kind: TransportKind,
+        veth: &veth::Veth,
+        response_len: Option<usize>,
+    ) -> Result<HomaPair, Error> {
+        let builder = builder.clone().transport(kind);
+        let opening = |what| move |e| Error::Failed(format!("opening the {what} socket: {e}"));
+        let server = veth.at_server(|| {
+            crate::server::bind(&builder, veth.server_ip, 0).map_err(opening("server"))
+        })?;
+        let client =
+            veth.at_client(|| builder.client(veth.client_ip).map_err(opening("client")))?;
+        HomaPair::serve(server, client, response_len)
+            .map_err(|e| Error::Failed(format!("starting the server thread: {e}")))
+    }
+
+    /// Starts the server's answering thread.
+    fn serve(
+        server: Socket,
+        client: Socket,
+        response_len: Option<usize>,
+    ) -> homa_io::Result<HomaPair> {
+        let server = Arc::new(server);
         let s = Arc::clone(&server);
         let thread =
             std::thread::Builder::new().name("bench-homa-server".into()).spawn(move || {
@@ -159,7 +188,12 @@ struct TcpServer {
 impl TcpServer {
     /// Listens on loopback; accepts `connections` connections (then stops accepting).
     fn start(connections: usize) -> io::Result<TcpServer> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        TcpServer::start_at(IpAddr::V4(Ipv4Addr::LOCALHOST), connections)
+    }
+
+    /// Listens on `ip` (in the calling thread's namespace).
+    fn start_at(ip: IpAddr, connections: usize) -> io::Result<TcpServer> {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
         let addr = listener.local_addr()?;
         std::thread::Builder::new().name("bench-tcp-accept".into()).spawn(move || {
             for _ in 0..connections {

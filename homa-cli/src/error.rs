@@ -47,3 +47,13 @@ impl Error {
         }
     }
 }
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Input(message) | Error::Failed(message) => f.write_str(message),
+            Error::Reported => f.write_str("bad input, reported above"),
+            Error::Io { what, source } => write!(f, "{what}: {source}"),
+        }
+    }
+}

@@ -19,6 +19,7 @@ mod error;
 mod incast;
 mod logging;
 mod net;
+mod netns;
 mod output;
 mod pcap;
 mod server;

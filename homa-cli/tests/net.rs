@@ -273,6 +273,56 @@ fn bench_throughput_reports_homa_and_tcp() {
     }
 }
 
+/// `--netns` gives each MTU a veth pair between two namespaces, runs Homa and TCP across
+/// it, compares each with TCP on the same link, and removes the namespaces.
+#[test]
+fn bench_throughput_across_veth_pairs() {
+    if !is_root() {
+        eprintln!("skipped: not root (network namespaces)");
+        return;
+    }
+    let ours = || {
+        let out = Command::new("ip").args(["netns", "list"]).output().expect("ip runs");
+        let list = String::from_utf8_lossy(&out.stdout).into_owned();
+        list.lines().filter(|l| l.starts_with("hb")).map(str::to_owned).collect::<Vec<_>>()
+    };
+    let before = ours();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tput.json");
+    let args = [
+        "bench",
+        "throughput",
+        "--netns",
+        "--mtu",
+        "1500,9000",
+        "--size",
+        "200000",
+        "--in-flight",
+        "2",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "1",
+        "--json",
+        path.to_str().unwrap(),
+    ];
+    let report = run_json(&args, &path);
+    assert_eq!(ours(), before, "the namespaces are removed");
+    let results = report["results"].as_array().unwrap();
+    for mtu in [1500, 9000] {
+        for contender in [format!("homa/udp mtu {mtu}"), format!("tcp mtu {mtu}")] {
+            let r = results
+                .iter()
+                .find(|r| r["contender"] == contender.as_str())
+                .unwrap_or_else(|| panic!("no {contender}: {report}"));
+            assert_eq!(r["veth_mtu"], mtu, "{r}");
+            assert!(r["messages"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["vs_tcp"].as_f64().is_some(), "compared with TCP on its link: {r}");
+            assert!(r["cpu_per_gb_vs_tcp"].as_f64().is_some(), "{r}");
+        }
+    }
+}
+
 /// Out-of-range arguments are input errors (exit 2). Review finding: time arguments too long
 /// to add to a clock panicked (exit 101).
 #[test]

@@ -1,5 +1,6 @@
-//! `homa bench throughput`: large messages over loopback, one and several in flight, Homa
-//! against TCP, interleaved in rounds; with the CPU time and system calls they cost.
+//! `homa bench throughput`: large messages over loopback (or a veth pair between network
+//! namespaces), one and several in flight, Homa against TCP, interleaved in rounds; with the
+//! CPU time and system calls they cost.
 
 use std::collections::VecDeque;
 use std::io::Write as _;
@@ -10,18 +11,22 @@ use std::time::{Duration, Instant};
 use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Value, json};
 
-use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, write_json};
+use super::veth::Veth;
+use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, is_root, write_json};
 use crate::error::Error;
 use crate::logging;
+use crate::netns::Teardown;
 use crate::stats::{cpu_time, host_json};
 
-/// Throughput of large messages over loopback: Homa vs TCP, in the same run.
+/// Throughput of large messages over loopback or a veth pair: Homa vs TCP, in the same run.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = "\
 Examples:
   homa bench throughput
   homa bench throughput --in-flight 1,8 --mtu 65535 --seconds 1 --json tput.json
   homa bench throughput --echo
+  sudo homa bench throughput --netns --mtu 1500,9000 --in-flight 1,8
+  sudo homa bench throughput --netns --mtu 9000 --size 16777216 --in-flight 1,8
 
 Each contender runs in this process: a server thread answering each request (with \
 --response bytes, or with the request itself under --echo) and callers keeping --in-flight \
@@ -35,9 +40,14 @@ loopback device takes up to 65,535, which Homa sockets use there when given no M
 --max-incoming caps the bytes a receiver has granted and not yet received (a higher cap \
 means fewer GRANT round trips, each of which wakes a thread at both ends); by default it is \
 what a socket given none takes: 128 us of its link, at most its receive buffer. CPU is this \
-process's user + system time (both ends), per GB moved and as cores busy.")]
+process's user + system time (both ends), per GB moved and as cores busy; machine CPU is \
+the whole machine's busy time, the kernel's softirq work included. With --netns (root) each \
+MTU gets a link of its own: a server namespace and a client namespace joined by a veth \
+pair of that MTU (created and removed by the command), where Homa and TCP each run; each \
+is compared with TCP over the same link. Above 1,000,000 bytes, Homa's \
+max_message_length is raised at both ends.")]
 pub(crate) struct Args {
-    /// Request size in bytes (Homa's largest message is 1,000,000).
+    /// Request size in bytes, at most 16 MiB (above 1,000,000 Homa's limit is raised).
     #[arg(long, default_value_t = 1_000_000)]
     size: usize,
     /// Requests in flight (comma-separated levels).
@@ -65,6 +75,10 @@ pub(crate) struct Args {
     /// Answer with the request itself instead.
     #[arg(long)]
     echo: bool,
+    /// Run each MTU's contenders across a veth pair between two network namespaces
+    /// (root; created and removed by the command) instead of over loopback.
+    #[arg(long)]
+    netns: bool,
     /// Leave TCP out (to profile Homa alone).
     #[arg(long)]
     no_tcp: bool,
@@ -84,6 +98,8 @@ struct Cell {
     secs: f64,
     cpu_user: f64,
     cpu_sys: f64,
+    /// The whole machine's busy CPU seconds (softirq included).
+    cpu_machine: f64,
     errors: u64,
     /// Homa only: transport counters of both sockets.
     datagrams: u64,
@@ -103,6 +119,7 @@ impl Cell {
         self.secs += o.secs;
         self.cpu_user += o.cpu_user;
         self.cpu_sys += o.cpu_sys;
+        self.cpu_machine += o.cpu_machine;
         self.errors += o.errors;
         self.datagrams += o.datagrams;
         self.syscalls += o.syscalls;
@@ -120,6 +137,10 @@ impl Cell {
         (self.cpu_user + self.cpu_sys) / (self.bytes as f64 / 1e9).max(1e-12)
     }
 
+    fn machine_per_gb(&self) -> f64 {
+        self.cpu_machine / (self.bytes as f64 / 1e9).max(1e-12)
+    }
+
     fn cores(&self) -> f64 {
         (self.cpu_user + self.cpu_sys) / self.secs.max(1e-9)
     }
@@ -132,6 +153,10 @@ enum Kind {
 
 struct Contender {
     name: String,
+    /// TCP, the baseline of the contenders on its link.
+    tcp: bool,
+    /// The MTU of its veth pair under --netns; `None` on loopback.
+    link: Option<u32>,
     kind: Option<Kind>,
     /// Why it could not be set up.
     skipped: Option<String>,
@@ -140,12 +165,18 @@ struct Contender {
 }
 
 impl Contender {
-    fn new(name: String, kind: Result<Kind, String>, levels: usize) -> Contender {
+    fn new(
+        name: String,
+        tcp: bool,
+        link: Option<u32>,
+        kind: Result<Kind, String>,
+        levels: usize,
+    ) -> Contender {
         let (kind, skipped) = match kind {
             Ok(k) => (Some(k), None),
             Err(why) => (None, Some(why)),
         };
-        Contender { name, kind, skipped, cells: vec![Cell::default(); levels] }
+        Contender { name, tcp, link, kind, skipped, cells: vec![Cell::default(); levels] }
     }
 }
 
@@ -177,6 +208,7 @@ fn homa_turn(
     let dest = pair.dest();
     let before = homa_counters(pair);
     let cpu0 = cpu_time();
+    let machine0 = machine_secs();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
     let mut cell = Cell::default();
@@ -213,6 +245,7 @@ fn homa_turn(
     let after = homa_counters(pair);
     cell.cpu_user = cpu1.0 - cpu0.0;
     cell.cpu_sys = cpu1.1 - cpu0.1;
+    cell.cpu_machine = machine_secs() - machine0;
     cell.datagrams = after[0] - before[0];
     cell.syscalls = after[1] - before[1];
     cell.retransmitted = after[2] - before[2];
@@ -231,6 +264,7 @@ fn homa_turn(
 /// `n` connections, each sending one message at a time for `secs` from its own thread.
 fn tcp_turn(conns: &mut [TcpConn], n: usize, secs: f64, payload: &[u8], response: u32) -> Cell {
     let cpu0 = cpu_time();
+    let machine0 = machine_secs();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
     let per: Vec<(u64, u64, u64)> = std::thread::scope(|s| {
@@ -273,14 +307,25 @@ fn tcp_turn(conns: &mut [TcpConn], n: usize, secs: f64, payload: &[u8], response
         secs,
         cpu_user: cpu1.0 - cpu0.0,
         cpu_sys: cpu1.1 - cpu0.1,
+        cpu_machine: machine_secs() - machine0,
         ..Cell::default()
     }
 }
 
+/// The whole machine's busy CPU time so far, in seconds.
+fn machine_secs() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    crate::stats::machine_cpu_ticks().map_or(f64::NAN, |(busy, _)| busy as f64 / hz)
+}
+
+/// The largest --size: 16 MiB, the largest tensors the bench is meant for.
+const MAX_SIZE: usize = 1 << 24;
+
 pub(crate) fn run(args: &Args) -> Result<(), Error> {
     logging::init(args.verbose, "warn");
-    if !(1..=1_000_000).contains(&args.size) || !(1..=1_000_000).contains(&args.response) {
-        return Err(Error::Input("--size and --response must be between 1 and 1,000,000".into()));
+    if !(1..=MAX_SIZE).contains(&args.size) || !(1..=MAX_SIZE).contains(&args.response) {
+        return Err(Error::Input("--size and --response must be between 1 and 16,777,216".into()));
     }
     if args.in_flight.is_empty() || args.in_flight.contains(&0) || args.rounds == 0 {
         return Err(Error::Input("--in-flight levels and --rounds must be positive".into()));
@@ -288,37 +333,74 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     if !(args.seconds > 0.0 && args.seconds <= 86_400.0) {
         return Err(Error::Input("--seconds must be positive and at most a day".into()));
     }
+    if args.netns && !is_root() {
+        return Err(Error::Input(
+            "--netns needs root: it creates network namespaces and veth pairs".into(),
+        ));
+    }
+    if args.netns && args.mtu.len() > 254 {
+        return Err(Error::Input("--netns takes at most 254 MTUs".into()));
+    }
     let max_level = *args.in_flight.iter().max().expect("not empty");
     let response_len = (!args.echo).then_some(args.response);
     let tcp_response = if args.echo { u32::MAX } else { args.response as u32 };
     let payload = Arc::new((0..args.size).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
-    let config =
-        Config { timeout_ticks: 2000, max_incoming: args.max_incoming, ..Config::default() };
+    let longest = args.size.max(if args.echo { args.size } else { args.response });
+    let defaults = Config::default();
+    let config = Config {
+        timeout_ticks: 2000,
+        max_incoming: args.max_incoming,
+        max_message_length: defaults.max_message_length.max(longest as u32),
+        wmem_max: defaults.wmem_max.max((longest * max_level * 2) as u64),
+        ..defaults
+    };
     config.validate().map_err(|e| Error::Input(format!("--max-incoming: {e}")))?;
     let host_before = host_json();
+
+    // Before any thread exists, so that every thread leaves the signals to its own.
+    let teardown = Teardown::default();
+    if args.netns {
+        teardown.on_signals("homa bench throughput");
+    }
+    let _removed = Removed(teardown.clone());
+    let links = args
+        .mtu
+        .iter()
+        .enumerate()
+        .map(|(i, &mtu)| args.netns.then(|| Veth::create(&teardown, i as u8 + 1, mtu)).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut all = Vec::new();
     let mut n = 10u8;
     for &kind in &args.transport {
-        for &mtu in &args.mtu {
+        for (&mtu, link) in args.mtu.iter().zip(&links) {
             n += 1;
             let builder =
                 Socket::builder().config(config.clone()).link_mbps(LOOPBACK_MBPS).mtu(mtu);
-            let pair = HomaPair::open(&builder, kind, n, response_len).map_err(|e| e.to_string());
+            let pair = match link {
+                Some(veth) => HomaPair::open_across(&builder, kind, veth, response_len),
+                None => HomaPair::open(&builder, kind, n, response_len)
+                    .map_err(|e| Error::Failed(e.to_string())),
+            };
+            let pair = pair.map_err(|e| e.to_string());
             let name = match &pair {
                 Ok(p) if p.used() != kind => format!("homa/{kind} (as {}) mtu {mtu}", p.used()),
                 _ => format!("homa/{kind} mtu {mtu}"),
             };
-            all.push(Contender::new(name, pair.map(Kind::Homa), args.in_flight.len()));
+            let link = link.as_ref().map(|v| v.mtu);
+            all.push(Contender::new(name, false, link, pair.map(Kind::Homa), args.in_flight.len()));
         }
     }
-    let tcp = if args.no_tcp { Err(std::io::Error::other("left out (--no-tcp)")) } else { Ok(()) };
-    let tcp = tcp.and_then(|()| TcpServer::start(max_level)).and_then(|server| {
-        let conns =
-            (0..max_level).map(|_| server.connect()).collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Kind::Tcp { _server: server, conns })
-    });
-    all.push(Contender::new("tcp".into(), tcp.map_err(|e| e.to_string()), args.in_flight.len()));
+    if !args.netns {
+        let tcp =
+            if args.no_tcp { Err("left out (--no-tcp)".into()) } else { tcp(None, max_level) };
+        all.push(Contender::new("tcp".into(), true, None, tcp, args.in_flight.len()));
+    } else if !args.no_tcp {
+        for veth in links.iter().flatten() {
+            let (name, tcp) = (format!("tcp mtu {}", veth.mtu), tcp(Some(veth), max_level));
+            all.push(Contender::new(name, true, Some(veth.mtu), tcp, args.in_flight.len()));
+        }
+    }
 
     let started = Instant::now();
     let count = all.len();
@@ -358,23 +440,54 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
-fn tcp_cell(all: &[Contender], li: usize) -> Option<Cell> {
-    all.iter().find(|c| c.name == "tcp").map(|c| c.cells[li]).filter(|c| c.bytes > 0)
+/// A TCP server and `conns` connections to it: over loopback, or across `veth`.
+fn tcp(veth: Option<&Veth>, conns: usize) -> Result<Kind, String> {
+    let open = || -> Result<Kind, Error> {
+        let io = |what| move |e| Error::Failed(format!("{what}: {e}"));
+        let server = match veth {
+            Some(v) => v.at_server(|| {
+                TcpServer::start_at(v.server_ip, conns).map_err(io("starting the TCP server"))
+            })?,
+            None => TcpServer::start(conns).map_err(io("starting the TCP server"))?,
+        };
+        let connect = || (0..conns).map(|_| server.connect()).collect::<std::io::Result<Vec<_>>>();
+        let conns = match veth {
+            Some(v) => v.at_client(|| connect().map_err(io("connecting")))?,
+            None => connect().map_err(io("connecting"))?,
+        };
+        Ok(Kind::Tcp { _server: server, conns })
+    };
+    open().map_err(|e| e.to_string())
+}
+
+/// Removes the namespaces --netns created, however `run` ends.
+struct Removed(Teardown);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        self.0.run();
+    }
+}
+
+/// The cell of the TCP contender on `c`'s link at level `li`, if it ran.
+fn tcp_cell(all: &[Contender], c: &Contender, li: usize) -> Option<Cell> {
+    all.iter().find(|t| t.tcp && t.link == c.link).map(|t| t.cells[li]).filter(|t| t.bytes > 0)
 }
 
 fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value {
     let mut results = Vec::new();
     for (li, &level) in args.in_flight.iter().enumerate() {
-        let tcp = tcp_cell(all, li);
         for c in all {
             let cell = c.cells[li];
             if cell.messages == 0 && cell.errors == 0 {
                 continue;
             }
+            let tcp = tcp_cell(all, c, li);
             let mb = cell.bytes as f64 / 1e6;
-            let homa = c.name != "tcp";
+            let homa = !c.tcp;
             results.push(json!({
                 "contender": c.name,
+                "veth_mtu": c.link,
                 "in_flight": level,
                 "gbps": cell.gbps(),
                 "vs_tcp": tcp.map(|t| cell.gbps() / t.gbps()),
@@ -385,6 +498,8 @@ fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value
                 "cpu_user_s": cell.cpu_user,
                 "cpu_system_s": cell.cpu_sys,
                 "cpu_s_per_gb": cell.cpu_per_gb(),
+                "cpu_per_gb_vs_tcp": tcp.map(|t| cell.cpu_per_gb() / t.cpu_per_gb()),
+                "machine_cpu_s_per_gb": cell.machine_per_gb(),
                 "cores_busy": cell.cores(),
                 "datagrams_per_mb": homa.then(|| cell.datagrams as f64 / mb),
                 "syscalls_per_mb": homa.then(|| cell.syscalls as f64 / mb),
@@ -406,7 +521,8 @@ fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value
         "in_flight": args.in_flight,
         "seconds_per_turn": args.seconds,
         "rounds": args.rounds,
-        "link_mbps": LOOPBACK_MBPS,
+        "link": if args.netns { "veth pairs between network namespaces" } else { "loopback" },
+        "pacer_link_mbps": LOOPBACK_MBPS,
         "max_incoming": args.max_incoming,
         "wall_s": wall.as_secs_f64(),
         "results": results,
@@ -423,8 +539,9 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
         if args.echo { "echoed".to_string() } else { format!("{} B responses", args.response) };
     let _ = writeln!(
         s,
-        "homa bench throughput: {} B requests, {response}, loopback, Homa max_incoming {}; {} turns of {} s per contender and level, interleaved ({:.1} s)",
+        "homa bench throughput: {} B requests, {response}, {}, Homa max_incoming {}; {} turns of {} s per contender and level, interleaved ({:.1} s)",
         args.size,
+        if args.netns { "veth pairs between network namespaces" } else { "loopback" },
         match args.max_incoming {
             0 => "auto".to_string(),
             n => n.to_string(),
@@ -435,21 +552,23 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
     );
     let _ = writeln!(
         s,
-        "{:>9}  {:<24} {:>8} {:>7} {:>9} {:>6} {:>12} {:>11} {:>11}",
+        "{:>9}  {:<24} {:>8} {:>7} {:>9} {:>7} {:>10} {:>6} {:>12} {:>11} {:>11}",
         "in flight",
         "contender",
         "Gbit/s",
         "vs tcp",
         "CPU s/GB",
+        "vs tcp",
+        "machine/GB",
         "cores",
         "datagrams/MB",
         "syscalls/MB",
         "in place/MB"
     );
     for (li, &level) in args.in_flight.iter().enumerate() {
-        let tcp = tcp_cell(all, li);
         for c in all {
             let cell = c.cells[li];
+            let tcp = tcp_cell(all, c, li);
             if cell.messages == 0 {
                 if li == 0
                     && let Some(why) = &c.skipped
@@ -459,7 +578,7 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
                 continue;
             }
             let mb = cell.bytes as f64 / 1e6;
-            let (dg, sc, ip) = if c.name == "tcp" {
+            let (dg, sc, ip) = if c.tcp {
                 ("-".to_string(), "-".to_string(), "-".to_string())
             } else {
                 (
@@ -468,14 +587,18 @@ fn table(args: &Args, all: &[Contender], wall: Duration) -> String {
                     format!("{:.1}", cell.in_place as f64 / mb),
                 )
             };
-            let vs =
-                tcp.map_or("-".to_string(), |t| format!("{:.0}%", cell.gbps() / t.gbps() * 100.0));
+            let vs = |f: fn(&Cell) -> f64| {
+                tcp.map_or("-".to_string(), |t| format!("{:.2}x", f(&cell) / f(&t)))
+            };
             let _ = writeln!(
                 s,
-                "{level:>9}  {:<24} {:>8.2} {vs:>7} {:>9.2} {:>6.2} {dg:>12} {sc:>11} {ip:>11}",
+                "{level:>9}  {:<24} {:>8.2} {:>7} {:>9.2} {:>7} {:>10.2} {:>6.2} {dg:>12} {sc:>11} {ip:>11}",
                 c.name,
                 cell.gbps(),
+                vs(Cell::gbps),
                 cell.cpu_per_gb(),
+                vs(Cell::cpu_per_gb),
+                cell.machine_per_gb(),
                 cell.cores()
             );
             if cell.errors > 0 {

@@ -614,18 +614,9 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     };
     let streams_by_part: Vec<Vec<Request>> = parts.iter().map(|&p| stream(p)).collect();
 
-    // Before any thread exists, so that every thread leaves the signals to this one.
+    // Before any thread exists, so that every thread leaves the signals to its own.
     let teardown = Teardown::default();
-    let signals = crate::server::Signals::block();
-    {
-        let teardown = teardown.clone();
-        std::thread::spawn(move || {
-            let signal = signals.wait();
-            teardown.stop();
-            eprintln!("homa incast: stopped by {signal}; namespaces removed");
-            std::process::exit(130);
-        });
-    }
+    teardown.on_signals("homa incast");
     let lab = || -> Result<_, Error> {
         let topo = Topology::create(args.clients, shape, teardown.clone(), args.own_cpu)?;
         // This thread starts the load's requests, and its threads run with the load.

@@ -5,79 +5,13 @@
 //! bits), each a byte-limited FIFO. Everything is removed on drop (and by [`Teardown`] on
 //! SIGINT or SIGTERM).
 
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::AsRawFd;
-use std::process::Command;
-use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
 use crate::error::Error;
-
-/// Runs `ip`, `tc` and friends; the error names the command and what it printed.
-pub(super) fn sh(program: &str, args: &[&str]) -> Result<String, Error> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(Error::io(format!("running {program} (is it installed?)")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(Error::Failed(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
-}
-
-/// Namespace names still to delete, shared with the signal thread.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Teardown(Arc<Mutex<Pending>>);
-
-#[derive(Debug, Default)]
-struct Pending {
-    names: Vec<String>,
-    /// Set by [`Teardown::stop`]: the lab is going away under the main thread.
-    stopped: bool,
-}
-
-impl Teardown {
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn add(&self, ns: String) {
-        self.pending().names.push(ns);
-    }
-
-    /// Deletes every namespace created so far (their veths, bridge and qdiscs go with
-    /// them); safe to call twice.
-    pub(super) fn run(&self) {
-        let names = std::mem::take(&mut self.pending().names);
-        for ns in names.iter().rev() {
-            let _ = sh("ip", &["netns", "delete", ns]);
-        }
-    }
-
-    /// [`Teardown::run`] on a signal: whatever fails in the main thread from now on fails
-    /// because the lab went away, see [`Teardown::stopped`].
-    pub(super) fn stop(&self) {
-        self.pending().stopped = true;
-        self.run();
-    }
-
-    /// Whether [`Teardown::stop`] has begun.
-    pub(super) fn stopped(&self) -> bool {
-        self.pending().stopped
-    }
-
-    /// Forgets the namespaces (for `--keep`): they outlive the command.
-    pub(super) fn keep(&self) -> Vec<String> {
-        std::mem::take(&mut self.pending().names)
-    }
-}
+use crate::netns;
+pub(super) use crate::netns::{Teardown, pin, sh};
 
 /// One host of the lab: its namespace, address, and the CPUs its threads run on (empty:
 /// any, as the rest of this process).
@@ -126,7 +60,7 @@ impl Topology {
         own_cpu: bool,
     ) -> Result<Topology, Error> {
         let (theirs, load) =
-            if own_cpu { own_cpu_plan(&cpus_allowed()?)? } else { (Vec::new(), Vec::new()) };
+            if own_cpu { own_cpu_plan(&netns::cpus_allowed()?)? } else { (Vec::new(), Vec::new()) };
         let id = format!("hi{}", std::process::id() % 100_000);
         let bridge = format!("{id}b");
         // Each name is listed for removal before it exists: a signal in between must not
@@ -366,62 +300,13 @@ pub(super) fn own_cpu_plan(allowed: &[usize]) -> Result<(Vec<usize>, Vec<usize>)
     }
 }
 
-/// The CPUs this thread may run on.
-fn cpus_allowed() -> Result<Vec<usize>, Error> {
-    // SAFETY: a zeroed cpu_set_t is an empty set; the kernel fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a live set of the size given.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    if rc != 0 {
-        return Err(Error::io("reading the CPU affinity")(std::io::Error::last_os_error()));
-    }
-    // SAFETY: reads a set the kernel filled.
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
-}
-
-/// Runs this thread, and the threads and processes it starts from now on, on `cpus` (none:
-/// left as it is).
-pub(super) fn pin(cpus: &[usize]) -> Result<(), Error> {
-    if cpus.is_empty() {
-        return Ok(());
-    }
-    // SAFETY: a zeroed cpu_set_t is an empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        // SAFETY: c < CPU_SETSIZE: it came from cpus_allowed.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: a live set of the size given.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    if rc != 0 {
-        return Err(Error::io("setting the CPU affinity")(std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
 /// Runs `f` on a thread inside `host`'s network namespace and on its CPUs: sockets it
 /// opens, and threads and processes it starts, live there.
 pub(super) fn in_netns<T: Send>(
     host: &Host,
     f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> Result<T, Error> {
-    let ns = &host.ns;
-    let file = File::open(format!("/run/netns/{ns}"))
-        .map_err(Error::io(format!("opening namespace {ns}")))?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: a valid namespace fd; setns changes only this thread's namespace.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(Error::io(format!("entering namespace {ns}"))(
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            pin(&host.cpus)?;
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(Error::Failed(format!("a thread in {ns} panicked"))))
-    })
+    netns::run_in(&host.ns, &host.cpus, f)
 }
 
 /// TCP's retransmitted segments so far in namespace `ns` (`RetransSegs`, /proc/net/snmp).
