@@ -75,6 +75,10 @@ pub(crate) struct Args {
     /// Answer with the request itself instead.
     #[arg(long)]
     echo: bool,
+    /// How long a blocked Homa caller polls before it sleeps, in µs (default: homa-io's
+    /// 50, backing off while it does not pay; 0: never).
+    #[arg(long, value_name = "US")]
+    busy_poll_us: Option<u64>,
     /// Run each MTU's contenders across a veth pair between two network namespaces
     /// (root; created and removed by the command) instead of over loopback.
     #[arg(long)]
@@ -375,8 +379,11 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
     for &kind in &args.transport {
         for (&mtu, link) in args.mtu.iter().zip(&links) {
             n += 1;
-            let builder =
+            let mut builder =
                 Socket::builder().config(config.clone()).link_mbps(LOOPBACK_MBPS).mtu(mtu);
+            if let Some(us) = args.busy_poll_us {
+                builder = builder.busy_poll(Duration::from_micros(us));
+            }
             let pair = match link {
                 Some(veth) => HomaPair::open_across(&builder, kind, veth, response_len),
                 None => HomaPair::open(&builder, kind, n, response_len)
@@ -524,6 +531,7 @@ fn to_json(args: &Args, all: &[Contender], wall: Duration, host: Value) -> Value
         "link": if args.netns { "veth pairs between network namespaces" } else { "loopback" },
         "pacer_link_mbps": LOOPBACK_MBPS,
         "max_incoming": args.max_incoming,
+        "busy_poll_us": args.busy_poll_us,
         "wall_s": wall.as_secs_f64(),
         "results": results,
         "skipped": skipped,
