@@ -10,6 +10,10 @@ use homa_core::time::Nanos;
 /// first. Ticks are a millisecond; Homa acts on several of them.
 pub(super) const TICK_SLACK: Nanos = 250_000;
 
+/// The endpoint's deadlines sooner than this are not slept for (see `Inner::settle`):
+/// arming the timerfd and waking up take longer (tens of microseconds in a VM).
+pub(super) const SLEEP_FLOOR: Nanos = 20_000;
+
 /// The timerfd and what it is set to.
 #[derive(Debug)]
 pub(super) struct Alarm {
@@ -32,6 +36,11 @@ impl Alarm {
     /// When the timerfd fires, if it is armed.
     pub(super) fn armed(&self) -> Option<Nanos> {
         self.armed
+    }
+
+    /// The time now, on the driver's clock (unlike `Inner::now`, which may run ahead).
+    pub(super) fn clock_now(&self) -> Nanos {
+        super::monotonic_ns().saturating_sub(self.origin)
     }
 
     /// The driver thread consumed an expiry: the next `arm` sets the timer again.

@@ -4,7 +4,7 @@
 use homa_core::Instant;
 use homa_core::time::Nanos;
 
-use super::timer::earlier;
+use super::timer::{SLEEP_FLOOR, earlier};
 use super::{BATCH, Inner, receive::RX_ROUNDS};
 use crate::transport::Datagram;
 
@@ -80,7 +80,7 @@ impl Inner {
     /// The send comes last: on a machine where both ends share a core, whatever a thread
     /// does between sending and sleeping delays the peer it just woke.
     pub(crate) fn settle(&mut self, timers: bool) {
-        let now = self.now;
+        let mut now = self.now;
         let mut rounds = 0;
         let (mut drained, mut deferred, mut behind) = (false, false, false);
         loop {
@@ -89,6 +89,17 @@ impl Inner {
                 continue; // drain what went (the events drained may have made room)
             }
             if self.feed_unreachable() {
+                continue;
+            }
+            // The endpoint due sooner than a sleep could end (the pacer's next slot on a fast
+            // link is nanoseconds away): run it at that time now rather than sleep, which
+            // would leave the link idle longer. The clock runs at most `SLEEP_FLOOR` ahead.
+            let soon =
+                self.endpoint.poll_timeout().map(Instant::as_nanos).filter(|&d| {
+                    d > now && d <= self.alarm.clock_now().saturating_add(SLEEP_FLOOR)
+                });
+            if let Some(d) = soon {
+                (now, self.now) = (d, d);
                 continue;
             }
             let next = self.next_deadline();
