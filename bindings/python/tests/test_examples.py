@@ -106,7 +106,7 @@ def test_benchmark_runs(tmp_path: Path) -> None:
     against every contender installed here."""
     result, _ = run_benchmark(tmp_path)
     rows = [(row["workload"], row["in_flight"]) for row in result["rows"]]
-    assert rows == [("small", 4), ("1mb", 1), ("1mb", 8), ("tensor", 1)]
+    assert rows == [("small", 4), ("1mb", 1), ("1mb", 8), ("tensor", 1), ("tensor", 8)]
     for row in result["rows"]:
         contenders = set(row["results"])
         assert {"homa", "tcp"} <= contenders

@@ -8,15 +8,16 @@ all contenders see the same machine.
 Workloads (the response is the request's bytes, echoed):
   small   100-byte messages (--size), 64 calls in flight (--concurrency)
   1mb     1,000,000-byte messages (homa's default max_message_length), 1 and 8 in flight
-  tensor  a 4 MiB float32 numpy tensor sent from its read-only buffer, 1 in flight; both
-          homa ends are opened with max_message_length raised to 8 MiB for it
+  tensor  a 16 MiB float32 numpy tensor sent from its read-only buffer, 1 and 8 in flight;
+          both homa ends are opened with max_message_length raised to 32 MiB for it (and
+          wmem_max to hold eight)
 
 Contenders:
   homa    one socket; the callers are tasks sharing it
   tcp     asyncio streams, a 4-byte length before each message; one connection per caller
   grpc    grpc.aio, one channel; a generic unary-unary method on raw bytes (no protobuf)
   grpc-homa  the same gRPC server and client code over Homa (homa.grpc.aio), both ends'
-          max_message_length raised to 8 MiB (a 1,000,000-byte message and its gRPC frame)
+          max_message_length raised to 32 MiB (a tensor and its gRPC frame)
   zmq     zmq.asyncio, one DEALER socket against a ROUTER server; a request id sent with
           each message hands the replies to their callers
 grpc, grpc-homa and zmq are optional (pip install 'homa-transport[bench]'): one whose package cannot
@@ -73,18 +74,21 @@ PEER_PACKAGES = {
 }
 WORKLOADS = ("small", "1mb", "tensor")
 ONE_MB = 1_000_000
-TENSOR_SHAPE = (1024, 1024)  # float32: 4 MiB
+TENSOR_SHAPE = (4096, 1024)  # float32: 16 MiB
 #: homa's max_message_length on both ends for the tensor workload (the default is 1,000,000).
-TENSOR_MAX_MESSAGE_LENGTH = 8 * 1024 * 1024
+TENSOR_MAX_MESSAGE_LENGTH = 32 * 1024 * 1024
 #: grpc's message size limits and the TCP streams' buffer limit: above any message here.
-LARGEST = 16 * 1024 * 1024
+LARGEST = 32 * 1024 * 1024
+#: Homa options for the tensor: its length, and room for eight in flight at each end (the
+#: default wmem_max, 100 MB, holds six).
+TENSOR_HOMA_OPTIONS = {"max_message_length": TENSOR_MAX_MESSAGE_LENGTH, "wmem_max": 1 << 28}
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", LARGEST),
     ("grpc.max_receive_message_length", LARGEST),
 ]
 GRPC_SERVICE, GRPC_METHOD = "homa.bench.Echo", "Call"
 #: grpc-homa's Homa sockets, given as gRPC options.
-GRPC_HOMA_OPTIONS = [("homa.max_message_length", TENSOR_MAX_MESSAGE_LENGTH)]
+GRPC_HOMA_OPTIONS = [(f"homa.{k}", v) for k, v in TENSOR_HOMA_OPTIONS.items()]
 HEADER = struct.Struct("<I")
 WARM_UP_SECONDS = 0.1
 
@@ -99,7 +103,7 @@ class Row:
 
     @property
     def title(self) -> str:
-        what = "4 MiB float32 tensor" if self.workload == "tensor" else f"{self.size:,} B"
+        what = "16 MiB float32 tensor" if self.workload == "tensor" else f"{self.size:,} B"
         return f"{what} echo, {self.in_flight} in flight"
 
 
@@ -112,7 +116,8 @@ def rows_of(workloads: list[str], size: int, concurrency: int) -> list[Row]:
         elif workload == "1mb":
             rows += [Row(workload, ONE_MB, 1), Row(workload, ONE_MB, 8)]
         else:
-            rows.append(Row(workload, 4 * TENSOR_SHAPE[0] * TENSOR_SHAPE[1], 1))
+            size = 4 * TENSOR_SHAPE[0] * TENSOR_SHAPE[1]
+            rows += [Row(workload, size, 1), Row(workload, size, 8)]
     return rows
 
 
@@ -253,7 +258,7 @@ async def start_servers(
     if "homa" in contenders:
         servers["homa"] = await homa_server(host, **homa_options)
         if "tensor" in workloads:
-            options = {**homa_options, "max_message_length": TENSOR_MAX_MESSAGE_LENGTH}
+            options = {**homa_options, **TENSOR_HOMA_OPTIONS}
             servers["homa_tensor"] = await homa_server(host, **options)
     starts: dict[str, Callable[[str], Awaitable[tuple[int, Closer]]]] = {
         "tcp": tcp_server,
@@ -463,7 +468,7 @@ async def open_clients(
         if key in ("homa", "homa_tensor"):
             options = dict(homa_options)
             if key == "homa_tensor":
-                options["max_message_length"] = TENSOR_MAX_MESSAGE_LENGTH
+                options.update(TENSOR_HOMA_OPTIONS)
             clients[key] = HomaClient(await homa.open(host=host, **options), (host, port))
         elif key == "tcp":
             clients[key] = TcpClient(host, port)
