@@ -66,9 +66,15 @@ impl Inner {
     /// The earliest of the timers' deadline, the receiver's (a grace period's end, an event
     /// loop's stall check) and the end of a blocked leader's wait.
     pub(super) fn next_deadline(&mut self) -> Option<Nanos> {
+        let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
+        self.next_deadline_after(endpoint)
+    }
+
+    /// [`next_deadline`](Self::next_deadline), given the endpoint's.
+    fn next_deadline_after(&self, endpoint: Option<Nanos>) -> Option<Nanos> {
         let leader_until = self.receiver.lead().and_then(|l| l.until);
         let own = earlier(self.receiver.deadline(), leader_until);
-        earlier(self.timers_deadline(), own)
+        earlier(earlier(endpoint, self.calls.next_deadline()), own)
     }
 
     /// Drains, feeds back what the transport learned (unreachable peers); with `timers`,
@@ -94,15 +100,18 @@ impl Inner {
             // The endpoint due sooner than a sleep could end (the pacer's next slot on a fast
             // link is nanoseconds away): run it at that time now rather than sleep, which
             // would leave the link idle longer. The clock runs at most `SLEEP_FLOOR` ahead.
-            let soon =
-                self.endpoint.poll_timeout().map(Instant::as_nanos).filter(|&d| {
-                    d > now && d <= self.alarm.clock_now().saturating_add(SLEEP_FLOOR)
-                });
+            // (Timer ticks, milliseconds away, are told apart without reading the clock.)
+            let endpoint = self.endpoint.poll_timeout().map(Instant::as_nanos);
+            let soon = endpoint.filter(|&d| {
+                d > now
+                    && d <= now.saturating_add(2 * SLEEP_FLOOR)
+                    && d <= self.alarm.clock_now().saturating_add(SLEEP_FLOOR)
+            });
             if let Some(d) = soon {
                 (now, self.now) = (d, d);
                 continue;
             }
-            let next = self.next_deadline();
+            let next = self.next_deadline_after(endpoint);
             if timers && !deferred && next.is_some_and(|d| d <= now) && rounds < TIMER_ROUNDS {
                 // Timers judge silence: first take whatever waits in the socket queue (a
                 // leader or an event loop has read only what woke it), else data that has
