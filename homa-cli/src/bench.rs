@@ -18,6 +18,7 @@ use homa_io::{Builder, Socket, TransportKind};
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::server::net_error;
 
 mod rtt;
 mod throughput;
@@ -47,13 +48,6 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
 /// The pacer's link speed on loopback, Mbit/s: 1 Tbit/s, so that it never holds packets
 /// back (the default 25 Gbit/s would cap loopback throughput below what the CPU can do).
 pub(crate) const LOOPBACK_MBPS: u32 = 1_000_000;
-
-/// Whether this process may open raw IP sockets (as root; CAP_NET_RAW alone is not
-/// checked, opening the socket then tells).
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// Loopback addresses for a Homa pair. Raw IP sockets see every Homa packet for their
 /// address, so the raw IP server and client each get their own (127.0.0.0/8 is all
@@ -98,14 +92,15 @@ impl HomaPair {
         response_len: Option<usize>,
     ) -> Result<HomaPair, Error> {
         let builder = builder.clone().transport(kind);
-        let opening = |what| move |e| Error::Failed(format!("opening the {what} socket: {e}"));
         let server = veth.at_server(|| {
-            crate::server::bind(&builder, veth.server_ip, 0).map_err(opening("server"))
+            crate::server::bind(&builder, veth.server_ip, 0)
+                .map_err(net_error("opening the server socket"))
         })?;
-        let client =
-            veth.at_client(|| builder.client(veth.client_ip).map_err(opening("client")))?;
+        let client = veth.at_client(|| {
+            builder.client(veth.client_ip).map_err(net_error("opening a client socket"))
+        })?;
         HomaPair::serve(server, client, response_len)
-            .map_err(|e| Error::Failed(format!("starting the server thread: {e}")))
+            .map_err(net_error("starting the server thread"))
     }
 
     /// Starts the server's answering thread.

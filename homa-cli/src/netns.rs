@@ -9,6 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
 
+/// Whether this process runs as root: it may create namespaces and open raw IP sockets
+/// (CAP_NET_ADMIN or CAP_NET_RAW alone are not checked; the attempt then tells).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Runs `ip`, `tc` and friends; the error names the command and what it printed.
 pub(crate) fn sh(program: &str, args: &[&str]) -> Result<String, Error> {
     let out = Command::new(program)

@@ -57,7 +57,7 @@ pub(crate) const MAX_PATIENCE: u8 = 4;
 
 const _: () = {
     assert!(core::mem::offset_of!(Peer, cutoffs) == 64, "the lookup's fields fit one line");
-    assert!(core::mem::offset_of!(Peer, patience) < 128, "the cutoffs fit the second line");
+    assert!(core::mem::offset_of!(Peer, patience) < 128, "patience shares the cutoffs' line");
 };
 
 impl Peer {

@@ -11,9 +11,10 @@ use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Map, Value, json};
 
 use super::uring::{self, UringUdp};
-use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, UdpEcho, is_root, write_json};
+use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, UdpEcho, write_json};
 use crate::error::Error;
 use crate::logging;
+use crate::netns::is_root;
 use crate::stats::{Samples, Summary, cpu_time, host_json, ratio, us};
 
 /// Ping-pong latency over loopback: Homa (UDP, io_uring, raw IP) vs plain UDP and TCP.

@@ -12,10 +12,10 @@ use homa_io::{Config, Payload, Socket, TransportKind};
 use serde_json::{Value, json};
 
 use super::veth::Veth;
-use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, is_root, write_json};
+use super::{HomaPair, LOOPBACK_MBPS, TcpConn, TcpServer, write_json};
 use crate::error::Error;
 use crate::logging;
-use crate::netns::Teardown;
+use crate::netns::{Teardown, is_root};
 use crate::stats::{cpu_time, host_json};
 
 /// Throughput of large messages over loopback or a veth pair: Homa vs TCP, in the same run.
@@ -450,17 +450,20 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
 /// A TCP server and `conns` connections to it: over loopback, or across `veth`.
 fn tcp(veth: Option<&Veth>, conns: usize) -> Result<Kind, String> {
     let open = || -> Result<Kind, Error> {
-        let io = |what| move |e| Error::Failed(format!("{what}: {e}"));
+        let starting = || Error::io("starting the TCP server");
         let server = match veth {
-            Some(v) => v.at_server(|| {
-                TcpServer::start_at(v.server_ip, conns).map_err(io("starting the TCP server"))
-            })?,
-            None => TcpServer::start(conns).map_err(io("starting the TCP server"))?,
+            Some(v) => {
+                v.at_server(|| TcpServer::start_at(v.server_ip, conns).map_err(starting()))?
+            }
+            None => TcpServer::start(conns).map_err(starting())?,
         };
-        let connect = || (0..conns).map(|_| server.connect()).collect::<std::io::Result<Vec<_>>>();
+        let connect = || {
+            let conns = (0..conns).map(|_| server.connect());
+            conns.collect::<std::io::Result<Vec<_>>>().map_err(Error::io("connecting"))
+        };
         let conns = match veth {
-            Some(v) => v.at_client(|| connect().map_err(io("connecting")))?,
-            None => connect().map_err(io("connecting"))?,
+            Some(v) => v.at_client(connect)?,
+            None => connect()?,
         };
         Ok(Kind::Tcp { _server: server, conns })
     };

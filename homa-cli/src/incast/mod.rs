@@ -21,12 +21,13 @@ use homa_core::testnet::Rng;
 use homa_sim::Workload;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use contender::{Clients, Kind};
+use contender::{Clients, Done, Kind};
 use topo::{LEVELS, Shape, Teardown, Topology};
 
 use crate::client::MAX_MESSAGE;
 use crate::error::Error;
 use crate::logging;
+use crate::netns::is_root;
 
 /// Homa against TCP through a shaped bottleneck in network namespaces (root).
 #[derive(Debug, clap::Args)]
@@ -363,6 +364,13 @@ fn sleep_until(at: Instant) {
     }
 }
 
+/// A request's end, sent to `tx` (its waiter may have given up: then it goes nowhere).
+fn report_to(tx: mpsc::Sender<Result<Instant, &'static str>>) -> Done {
+    Box::new(move |r| {
+        let _ = tx.send(r);
+    })
+}
+
 /// Sends the closed-loop probe from `host` until `end`: one request at a time, the next as
 /// soon as the last returned.
 fn closed_probe(clients: &Clients, host: usize, end: Instant) -> Vec<Record> {
@@ -370,14 +378,7 @@ fn closed_probe(clients: &Clients, host: usize, end: Instant) -> Vec<Record> {
     while Instant::now() < end {
         let (tx, rx) = mpsc::channel();
         let t0 = Instant::now();
-        clients.start(
-            host,
-            PROBE_BYTES,
-            true,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
+        clients.start(host, PROBE_BYTES, true, report_to(tx));
         let result = match rx.recv_timeout(DRAIN) {
             Ok(r) => r.map(|at| at.saturating_duration_since(t0)),
             Err(_) => Err("unfinished"),
@@ -399,15 +400,7 @@ fn rounds(clients: &Clients, n: usize, end: Instant) -> Vec<Result<Duration, &'s
         let t0 = Instant::now();
         let (tx, rx) = mpsc::channel();
         for host in 1..=n {
-            let tx = tx.clone();
-            clients.start(
-                host,
-                CHECKIN_BYTES,
-                true,
-                Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            );
+            clients.start(host, CHECKIN_BYTES, true, report_to(tx.clone()));
         }
         drop(tx);
         let mut round = Ok(Duration::ZERO);
@@ -540,11 +533,6 @@ fn progress_bar(quiet: bool, runs: usize) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 pub(crate) fn run(args: &Args) -> Result<(), Error> {

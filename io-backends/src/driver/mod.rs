@@ -673,8 +673,9 @@ impl Shared {
                 }
             }
             let mut inner = self.lock();
+            let woke = self.now();
             if fired {
-                if inner.alarm.armed().is_some_and(|at| self.now() >= at + inner.late_limit()) {
+                if inner.alarm.armed().is_some_and(|at| woke >= at + inner.late_limit()) {
                     inner.counters.late_timers += 1;
                 }
                 inner.alarm.fired(); // consumed: the next settle arms it again
@@ -682,7 +683,7 @@ impl Shared {
             if errored {
                 inner.read_errors();
             }
-            let now = inner.clock(self.now());
+            let now = inner.clock(woke);
             inner.counters.wakeups += 1;
             if inner.receiver.grace().is_some_and(|g| g <= now) {
                 self.need_driver(&mut inner);
