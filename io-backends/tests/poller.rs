@@ -162,6 +162,7 @@ fn corked_sends_leave_together() {
 
 /// A refused datagram leaves an error condition on the socket (POLLERR, which an event loop
 /// sees instead of readability); `read_errors` takes it and fails the call to that peer.
+/// The driver thread, which also watches for input while the loop keeps up, leaves it.
 #[test]
 fn the_loop_reads_errors_off_the_socket() {
     let client = Socket::builder().config(loop_only()).client(loopback_v4()).unwrap();
@@ -183,6 +184,20 @@ fn the_loop_reads_errors_off_the_socket() {
     // SAFETY: as above; the condition is gone.
     unsafe { libc::poll(&mut fd, 1, 0) };
     assert_eq!(fd.revents & libc::POLLERR, 0);
+}
+
+/// A loop that does not turn leaves no error condition unread: the driver thread reads it
+/// (at a stall check or when its timers receive), and the call to the refusing peer fails
+/// at once rather than timing out.
+#[test]
+fn a_stalled_loop_has_the_driver_thread_read_errors() {
+    let client = Arc::new(Socket::client(loopback_v4()).unwrap());
+    let _poller = client.poller().unwrap(); // attached on this thread, never driven
+    let closed = SocketAddr::new(loopback_v4(), candidate_port());
+    let caller = Arc::clone(&client);
+    let called = std::thread::spawn(move || caller.call(closed, b"anyone?".to_vec(), None));
+    let result = called.join().unwrap();
+    assert!(matches!(result, Err(Error::Unreachable(a)) if a == closed), "{result:?}");
 }
 
 #[test]

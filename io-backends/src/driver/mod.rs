@@ -680,7 +680,10 @@ impl Shared {
                 }
                 inner.alarm.fired(); // consumed: the next settle arms it again
             }
-            if errored {
+            // Epoll reports an error condition to every watcher, a one-shot one too. While
+            // an event loop keeps up, errors are its to read, as datagrams are (it sees the
+            // condition too); either is input that starts a stall check.
+            if errored && inner.receiver.driver_watches() {
                 inner.read_errors();
             }
             let now = inner.clock(woke);
@@ -688,7 +691,7 @@ impl Shared {
             if inner.receiver.grace().is_some_and(|g| g <= now) {
                 self.need_driver(&mut inner);
             }
-            if readable {
+            if readable || errored {
                 let limit = inner.stall_limit();
                 let watch = inner.receiver.input_arrived(now, limit);
                 self.apply(&mut inner, watch);

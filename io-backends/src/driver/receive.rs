@@ -218,7 +218,7 @@ impl Inner {
         }
     }
 
-    /// Whether datagrams wait to be received (`Transport::input_waiting`).
+    /// Whether datagrams or error reports wait (`Transport::input_waiting`).
     pub(super) fn input_waiting(&mut self) -> bool {
         self.transport.as_mut().is_some_and(|t| t.input_waiting())
     }

@@ -401,10 +401,10 @@ pub trait Transport: Send + fmt::Debug {
         None
     }
 
-    /// Whether datagrams wait to be received: by default, whether the readiness fd is
-    /// readable.
+    /// Whether datagrams or error reports wait to be received: by default, whether the
+    /// readiness fd is readable or in error.
     fn input_waiting(&mut self) -> bool {
-        sys::readable(self.readiness_fd().as_raw_fd())
+        sys::pending(self.readiness_fd().as_raw_fd())
     }
 
     /// A thread is about to wait through the [`waiter`](Transport::waiter) and nobody

@@ -23,3 +23,10 @@ pub(in crate::transport) fn readable(fd: RawFd) -> bool {
     // SAFETY: one live pollfd; no waiting.
     unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
+
+/// Whether datagrams or an error report (POLLERR) wait on `fd` now.
+pub(in crate::transport) fn pending(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd; no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & (libc::POLLIN | libc::POLLERR) != 0 }
+}
