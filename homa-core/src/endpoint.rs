@@ -171,6 +171,13 @@ pub struct Endpoint {
     deferred: Option<RpcRef>,
 }
 
+/// A run of DATA packets whose payload `place_run` put in their message.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    len: u32,
+    packets: u32,
+}
+
 /// A DATA packet's payload: its bytes, or how many of them `place` put in the message.
 #[derive(Debug, Clone, Copy)]
 enum Arrived<'a> {
@@ -818,6 +825,23 @@ impl Endpoint {
         payload_len: usize,
         fill: impl FnOnce(&mut Vec<u8>) -> bool,
     ) -> bool {
+        self.place_run(now, from, header, payload_len, 1, fill)
+    }
+
+    /// [`place`](Self::place) for a run of `packets` DATA packets of one message that
+    /// arrived together (a GRO batch of a GSO sender's packets): `header` is the first's,
+    /// `payload_len` the bytes of all, which `fill` appends. The caller has checked that
+    /// the others continue the first (`wire::data::continues`): they are handled as one
+    /// packet, and counted as `packets`.
+    pub fn place_run(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        header: &[u8],
+        payload_len: usize,
+        packets: u32,
+        fill: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) -> bool {
         let now = now.as_nanos();
         let Some(header) = header.get(..data::HEADER_LEN) else { return false };
         let Ok(repr) = wire::Repr::parse_up_to(header, self.config.max_message_length) else {
@@ -844,18 +868,18 @@ impl Endpoint {
             return true;
         }
         // Parsed above: it parses again.
-        let _ = self.receive(now, from, header, Some(len));
+        let _ = self.receive(now, from, header, Some(Placed { len, packets: packets.max(1) }));
         true
     }
 
-    /// `handle_packet`, or with `placed_len`, `place` (`bytes` is then the header, and that
-    /// many bytes of payload are in its message already).
+    /// `handle_packet`, or with `placed`, `place_run` (`bytes` is then the first header,
+    /// and the run's payload is in its message already).
     fn receive(
         &mut self,
         now: Nanos,
         from: SocketAddr,
         bytes: &[u8],
-        placed_len: Option<u32>,
+        placed: Option<Placed>,
     ) -> Result<(), wire::Error> {
         if now > self.now {
             self.settle_data(); // at the time of the packets that owe it
@@ -876,9 +900,17 @@ impl Endpoint {
         };
         let i = type_index(repr.packet_type());
         self.metrics.packets_in_by_type[i] += 1;
+        let placed_len = placed.map(|p| p.len);
         self.metrics.bytes_in_by_type[i] += (bytes.len() + placed_len.unwrap_or(0) as usize) as u64;
         if self.dispatch(from, &repr, placed_len) {
             self.metrics.accepted += 1;
+            // The rest of a placed run, counted as what they are: accepted packets.
+            if let Some(more) = placed.map(|p| u64::from(p.packets - 1)).filter(|&n| n > 0) {
+                self.metrics.packets_in += more;
+                self.metrics.accepted += more;
+                self.metrics.packets_in_by_type[i] += more;
+                self.metrics.bytes_in_by_type[i] += more * bytes.len() as u64;
+            }
         }
         Ok(())
     }

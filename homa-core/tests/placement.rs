@@ -8,7 +8,7 @@ use homa_core::Instant;
 use std::net::SocketAddr;
 
 use common::*;
-use homa_core::wire::data::HEADER_LEN;
+use homa_core::wire::data::{self, HEADER_LEN, continues};
 use homa_core::{Config, Endpoint, Event, Metrics};
 
 const CLIENT: &str = "198.18.0.2:40000";
@@ -23,6 +23,41 @@ enum Take {
     /// Place, append more junk than the payload and give up (`fill` returns false); then
     /// take the packet with `handle_packet`.
     AbandonFirst,
+    /// Place runs of packets that continue each other (`place_run`), as GRO delivers them.
+    InRuns,
+}
+
+/// Hands `packets` to `s` in runs of consecutive packets of one message, each placed as
+/// one (or by copy where it cannot be); returns the packets placed.
+fn place_runs(s: &mut Endpoint, now: Instant, from: SocketAddr, packets: &[Vec<u8>]) -> usize {
+    let mut placed = 0;
+    let mut rest = packets;
+    while let [first, ..] = rest {
+        let step = first.len() - HEADER_LEN;
+        let offset = data::Packet::new_unchecked(&first[..]).offset();
+        let n = 1 + rest[1..]
+            .iter()
+            .zip(1u32..)
+            .take_while(|(p, i)| {
+                p.len() - HEADER_LEN <= step && continues(first, p, offset + i * step as u32)
+            })
+            .count();
+        // Only the last may be short.
+        let n = (1..=n).find(|&k| rest[k - 1].len() < first.len()).unwrap_or(n);
+        let run = &rest[..n];
+        let payload_len = run.iter().map(|p| p.len() - HEADER_LEN).sum();
+        let fill = |b: &mut Vec<u8>| {
+            run.iter().for_each(|p| b.extend_from_slice(&p[HEADER_LEN..]));
+            true
+        };
+        if s.place_run(now, from, first, payload_len, n as u32, fill) {
+            placed += n;
+        } else {
+            run.iter().for_each(|p| s.handle_packet(now, from, p).unwrap());
+        }
+        rest = &rest[n..];
+    }
+    placed
 }
 
 struct Run {
@@ -46,8 +81,16 @@ fn run(take: Take) -> Run {
     let mut buf = vec![0; c.config().max_packet_len()];
     let (mut placed, mut server_packets) = (0, vec![]);
     for now in (0..100 * MS).step_by(1_000) {
+        let mut sent = vec![];
         while let Some(t) = c.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
-            let packet = &buf[..t.len];
+            sent.push(buf[..t.len].to_vec());
+        }
+        if take == Take::InRuns {
+            placed += place_runs(&mut s, Instant::from_nanos(now), client, &sent);
+            sent.clear();
+        }
+        for packet in &sent {
+            let packet = &packet[..];
             let payload_len = packet.len().saturating_sub(HEADER_LEN);
             if take == Take::AbandonFirst {
                 s.place(Instant::from_nanos(now), client, packet, payload_len, |buf| {
@@ -82,12 +125,17 @@ fn a_message_received_in_place_is_the_message_received_by_copy() {
     let copied = run(Take::Copy);
     assert_eq!(copied.message, pattern(LEN, 5));
     assert_eq!(copied.placed, 0);
-    for take in [Take::InPlace, Take::AbandonFirst] {
+    for take in [Take::InPlace, Take::AbandonFirst, Take::InRuns] {
         let r = run(take);
         assert!(r.message == copied.message, "the message differs");
-        // Every packet but the first (which creates the message) extends it in order.
+        // Every packet but the first (which creates the message) extends it in order; in
+        // runs, every packet but the first run.
         let packets = copied.server_metrics.packets_in;
-        assert_eq!(r.placed as u64, if take == Take::InPlace { packets - 1 } else { 0 });
+        match take {
+            Take::InPlace => assert_eq!(r.placed as u64, packets - 1),
+            Take::AbandonFirst => assert_eq!(r.placed, 0),
+            _ => assert!(r.placed as u64 > packets / 2, "{} of {packets} in runs", r.placed),
+        }
         assert_eq!(r.server_metrics, copied.server_metrics);
         assert_eq!(r.server_packets, copied.server_packets, "the server answered differently");
     }

@@ -58,28 +58,45 @@ fn a_raised_message_limit_carries_longer_messages() {
     echoer.join().unwrap();
 }
 
-/// With 64 KB datagrams (loopback's MTU), a large message's packets after its first are
-/// received straight into the message (UDP only), on both ends, several messages at once,
-/// and arrive intact.
+/// A large message's packets after its first are received straight into the message (UDP
+/// only), on both ends, several messages at once, and arrive intact: with 64 KB datagrams
+/// (loopback's MTU) one by one, and at MTU 1500 as the runs GRO delivers (a GSO sender's
+/// packets of one message, together).
 #[test]
-fn large_datagrams_are_received_in_place() {
-    for ip in [loopback_v4(), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
-        let builder = Socket::builder().config(Config { mtu: 65_535, ..patient() });
+fn large_datagrams_and_runs_are_received_in_place() {
+    for (ip, mtu) in [
+        (loopback_v4(), 65_535),
+        (IpAddr::V6(Ipv6Addr::LOCALHOST), 65_535),
+        (loopback_v4(), 1_500),
+        (IpAddr::V6(Ipv6Addr::LOCALHOST), 1_500),
+    ] {
+        let builder = Socket::builder().config(Config { mtu, ..patient() });
         let server = Arc::new(bind_server(builder.clone(), ip));
         let echoer = echo(&server);
         let client = builder.client(ip).unwrap();
-        let calls: Vec<_> = (0..4u8)
-            .map(|i| {
-                let message = pattern(1_000_000 - usize::from(i) * 70_001, i);
+        let sizes: Vec<usize> = (0..4).map(|i| 1_000_000 - i * 70_001).collect();
+        let calls: Vec<_> = sizes
+            .iter()
+            .zip(0u8..)
+            .map(|(&size, i)| {
+                let message = pattern(size, i);
                 let call = client.call_async(server.local_addr(), message.clone(), None).unwrap();
                 (message, call)
             })
             .collect();
         for (message, call) in calls {
-            assert!(pollster::block_on(call).unwrap() == message, "{ip}: echo differs");
+            assert!(pollster::block_on(call).unwrap() == message, "{ip} {mtu}: echo differs");
         }
-        let (c, s) = (client.metrics().transport, server.metrics().transport);
-        assert!(s.rx_in_place > 0 && c.rx_in_place > 0, "{ip}: client {c:?}, server {s:?}");
+        let (c, s) = (client.metrics(), server.metrics());
+        let sent = sizes.iter().sum::<usize>() as u64;
+        for (end, m) in [("client", &c), ("server", &s)] {
+            assert!(
+                m.transport.rx_in_place > 0 && m.bytes_in_place > sent / 2,
+                "{ip} {mtu} {end}: {} of {sent} bytes in place, {:?}",
+                m.bytes_in_place,
+                m.transport
+            );
+        }
         server.shutdown();
         echoer.join().unwrap();
     }

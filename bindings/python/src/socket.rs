@@ -300,7 +300,8 @@ impl Socket {
     /// thread), ``pending_calls``, ``queued_requests``, ``receive_errors``, ``send_errors``,
     /// ``loop_stalls`` (the event loop fell behind and the driver thread received for it),
     /// ``late_timers`` (the driver thread's timers ran so late that peers may ask for
-    /// resends: the host is short of CPU).
+    /// resends: the host is short of CPU), ``bytes_in_place`` (payload bytes the kernel
+    /// received straight into their messages; the rest were copied once more).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let live = lock(&self.inner).clone();
         let m = match live {

@@ -122,6 +122,24 @@ pub fn effective_offset(seg_offset: u32, sequence: u32) -> u32 {
     if seg_offset == OFFSET_IN_SEQUENCE { sequence } else { seg_offset }
 }
 
+/// Whether the DATA header `next` continues a run begun by the DATA header `first` (as a
+/// GSO sender sends one message's packets and GRO delivers them together): the same in
+/// every byte but its offset, which is `offset`, and with no ack of its own (`first`'s
+/// is the run's). Both are at least [`HEADER_LEN`] bytes; only the headers are compared.
+pub fn continues(first: &[u8], next: &[u8], offset: u32) -> bool {
+    use super::header::field::SEQUENCE;
+    const ACK: core::ops::Range<usize> = field::ACK..field::CUTOFF_VERSION;
+    let (Some(a), Some(b)) = (first.get(..HEADER_LEN), next.get(..HEADER_LEN)) else {
+        return false;
+    };
+    let same = |r: core::ops::Range<usize>| a[r.clone()] == b[r];
+    same(0..SEQUENCE)
+        && same(SEQUENCE + 4..ACK.start)
+        && b[ACK].iter().all(|&x| x == 0)
+        && same(ACK.end..field::SEG_OFFSET)
+        && effective_offset(u32_at(b, field::SEG_OFFSET), u32_at(b, SEQUENCE)) == offset
+}
+
 /// The DATA header's own fields (the payload travels beside it in [`super::Body::Data`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Repr {
@@ -219,6 +237,24 @@ mod tests {
         assert_eq!(p.offset(), 0);
         assert_eq!(p.payload().len(), 100);
         assert_eq!(r.ack, Ack::NONE);
+    }
+
+    #[test]
+    fn a_run_continues_at_the_next_offset_with_no_ack_of_its_own() {
+        let first = golden_response();
+        let mut next = first.clone();
+        let mut p = Packet::new_unchecked(&mut next[..]);
+        p.set_seg_offset(100);
+        assert!(continues(&first, &next, 100));
+        assert!(!continues(&first, &next, 99), "another offset");
+        assert!(!continues(&first, &next[..HEADER_LEN - 1], 100), "short");
+        let mut p = Packet::new_unchecked(&mut next[..]);
+        p.set_ack(Ack { client_id: 2, server_port: 9 });
+        assert!(!continues(&first, &next, 100), "an ack of its own");
+        let mut p = Packet::new_unchecked(&mut next[..]);
+        p.set_ack(Ack::NONE);
+        p.set_incoming(200);
+        assert!(!continues(&first, &next, 100), "other fields differ");
     }
 
     #[test]

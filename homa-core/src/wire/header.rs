@@ -20,11 +20,11 @@ pub const MODULE_FLAGS: u8 = 0x06;
 /// `urgent` as the module writes it on every packet (the other hijacking marker).
 pub const MODULE_URGENT: u16 = 0xB97D;
 
-mod field {
+pub(super) mod field {
     use super::Field;
     pub(super) const SPORT: usize = 0;
     pub(super) const DPORT: usize = 2;
-    pub(super) const SEQUENCE: usize = 4;
+    pub(in crate::wire) const SEQUENCE: usize = 4;
     pub(super) const RESERVED: Field = 8..11;
     pub(super) const TYPE: usize = 11;
     pub(super) const DOFF: usize = 12;

@@ -91,6 +91,8 @@ pub(crate) struct DriverCounters {
     pub(crate) loop_stalls: u64,
     /// Timers run `resend_ticks - 1` ticks or more after they were due.
     pub(crate) late_timers: u64,
+    /// Payload bytes received straight into their messages.
+    pub(crate) bytes_in_place: u64,
 }
 
 /// Everything the lock protects.

@@ -9,7 +9,7 @@ use homa_core::time::Nanos;
 use homa_core::wire::{self, data};
 
 use super::{BATCH, Inner};
-use crate::transport::{Batch, RECV_SLOT_LEN, TransportStats};
+use crate::transport::{Batch, Datagram, MAX_RUN, RECV_SLOT_LEN, TransportStats};
 
 /// Receive batches handled per wake-up before timers run anyway and the lock is released.
 pub(super) const RX_ROUNDS: usize = 64;
@@ -26,10 +26,15 @@ pub(super) struct Intake {
     /// Datagrams the next event-loop turn ([`Shared::drive`](super::Shared::drive)) asks
     /// for: 1, or a batch after a turn that found as many as it asked for.
     pub(super) loop_vlen: usize,
-    /// Bulk data is arriving: receive in place (`homa_core::Endpoint::place`), one
-    /// datagram at a time, while the datagrams are large DATA packets. Only for transports
-    /// that can.
+    /// Bulk data is arriving: receive in place (`homa_core::Endpoint::place_run`), one
+    /// datagram at a time, while the datagrams are large DATA packets or runs of them.
+    /// Only for transports that can.
     pub(super) placing: bool,
+    /// The headers of a run received in place.
+    heads: Vec<u8>,
+    /// A run received in place that was not one message's: its packets, to handle as
+    /// received.
+    unplaced: Vec<u8>,
 }
 
 impl Intake {
@@ -39,6 +44,8 @@ impl Intake {
             rx1: Batch::new(1, RECV_SLOT_LEN),
             loop_vlen: 1,
             placing: false,
+            heads: Vec::new(),
+            unplaced: Vec::new(),
         }
     }
 }
@@ -115,37 +122,74 @@ impl Inner {
         got
     }
 
-    /// Receives the next datagram straight into its message, if it is a large DATA packet
-    /// that extends its message in order (see `Endpoint::place`); returns whether it
-    /// took it. If not, it is left for `recv`.
+    /// Receives the next datagram straight into its message, if it is a large DATA packet,
+    /// or a run of DATA packets of one message, that extends its message in order (see
+    /// `Endpoint::place_run`); returns whether it took it. If not, it is left for `recv`.
     fn receive_in_place(&mut self, now: Nanos) -> bool {
-        let mut head = [0; data::HEADER_LEN];
-        let Some((from, len)) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
+        const H: usize = data::HEADER_LEN;
+        let mut head = [0; H];
+        let Some(p) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
             return false;
         };
-        if len < PLACE_MIN || !self.allowed(from) {
+        let packets = p.len.div_ceil(p.segment);
+        let last = p.len - (packets - 1) * p.segment;
+        if p.len < PLACE_MIN || !self.allowed(p.from) || last <= H || packets > MAX_RUN {
             return false;
         }
-        let payload_len = len - data::HEADER_LEN;
+        let step = p.segment - H;
+        let payload_len = p.len - packets * H;
+        let first = data::Packet::new_unchecked(&head[..]).offset();
+        let mut heads = mem::take(&mut self.intake.heads);
+        heads.resize(packets * H, 0);
+        let mut unplaced = mem::take(&mut self.intake.unplaced);
         let Some(transport) = self.transport.as_mut() else { return false };
-        let mut failed = None;
-        let placed =
-            self.endpoint.place(Instant::from_nanos(now), from, &head, payload_len, |message| {
-                let mut got = [0; data::HEADER_LEN];
-                match transport.recv_split(&mut got, message, payload_len) {
-                    Ok(Some(f)) if f == from && got == head => true,
+        let (mut failed, mut in_place) = (None, 0);
+        let placed = self.endpoint.place_run(
+            Instant::from_nanos(now),
+            p.from,
+            &head,
+            payload_len,
+            packets as u32,
+            |message| {
+                let before = message.len();
+                match transport.recv_split(&mut heads, H, p.segment, message, payload_len) {
+                    Ok(Some(from)) if from == p.from && heads[..H] == head => {}
                     // Another datagram than the one peeked at: never seen (receives are
                     // serialized). What it appended is past the message's bytes, and goes.
                     Ok(_) => {
                         tracing::debug!("a datagram other than the one peeked at: dropped");
-                        false
+                        return false;
                     }
                     Err(e) => {
                         failed = Some(e);
-                        false
+                        return false;
                     }
                 }
-            });
+                let continues = heads.chunks_exact(H).enumerate().skip(1).all(|(i, h)| {
+                    u32::try_from(i * step).is_ok_and(|d| data::continues(&head, h, first + d))
+                });
+                if continues {
+                    in_place = payload_len as u64;
+                } else {
+                    // Not one message's run after all: its packets go the usual way (the
+                    // copies made here are the price of a wrong guess).
+                    for (h, payload) in heads.chunks_exact(H).zip(message[before..].chunks(step)) {
+                        unplaced.extend_from_slice(h);
+                        unplaced.extend_from_slice(payload);
+                    }
+                }
+                continues
+            },
+        );
+        self.counters.bytes_in_place += in_place;
+        if !unplaced.is_empty() {
+            for packet in unplaced.chunks(p.segment) {
+                let _ = self.endpoint.handle_packet(Instant::from_nanos(now), p.from, packet);
+            }
+            unplaced.clear();
+        }
+        self.intake.heads = heads;
+        self.intake.unplaced = unplaced;
         if let Some(e) = failed {
             self.receive_failed(&e);
             return false;
@@ -159,10 +203,10 @@ impl Inner {
     /// allow, in runs. Large datagrams start receiving in place, if the transport can.
     pub(super) fn feed(&mut self, now: Nanos, rx: &Batch) {
         if !rx.is_empty() {
-            // (Not for what GRO coalesced: several small packets.)
-            self.intake.placing =
-                (0..rx.len()).map(|i| rx.get(i).0).any(|d| d.segment == 0 && d.len >= PLACE_MIN)
-                    && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
+            // (Not for what GRO coalesced of small packets.)
+            let bulk = |d: Datagram| d.len >= PLACE_MIN && (d.segment == 0 || d.segment >= 1024);
+            self.intake.placing = (0..rx.len()).map(|i| rx.get(i).0).any(bulk)
+                && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
         }
         for i in 0..rx.len() {
             let (d, bytes) = rx.get(i);

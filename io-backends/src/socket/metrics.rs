@@ -38,6 +38,10 @@ pub struct Metrics {
     /// peer waiting on this host meanwhile hears nothing and may ask for a resend, for no
     /// lost packet; many mean the host is short of CPU.
     pub late_timers: u64,
+    /// Payload bytes received straight into their messages: the kernel's copy put them in
+    /// place (large DATA packets, or runs of one message's packets as GRO delivers them).
+    /// Every other payload byte is copied once more, from the receive buffer.
+    pub bytes_in_place: u64,
 }
 
 impl Metrics {
@@ -59,6 +63,7 @@ impl Metrics {
             ("send_errors", self.send_errors),
             ("loop_stalls", self.loop_stalls),
             ("late_timers", self.late_timers),
+            ("bytes_in_place", self.bytes_in_place),
         ] {
             v.insert(name, n);
         }

@@ -394,6 +394,7 @@ impl Socket {
             send_errors: inner.counters.send_errors,
             loop_stalls: inner.counters.loop_stalls,
             late_timers: inner.counters.late_timers,
+            bytes_in_place: inner.counters.bytes_in_place,
         })
     }
 

@@ -17,7 +17,7 @@ mod sys;
 mod uring;
 
 pub use socket::SocketTransport;
-pub(crate) use sys::{clear, signal};
+pub(crate) use sys::{MAX_RUN, clear, signal};
 pub use uring::{Unavailable, UringTransport};
 
 /// IP protocol number of Homa (`IPPROTO_HOMA`).
@@ -269,6 +269,18 @@ impl fmt::Debug for Batch {
     }
 }
 
+/// A datagram waiting to be received ([`Transport::peek`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peeked {
+    /// Its transport address.
+    pub from: SocketAddr,
+    /// Its whole length.
+    pub len: usize,
+    /// Bytes per packet when it holds a run of them (GRO), the last possibly shorter;
+    /// `len` when it is one packet.
+    pub segment: usize,
+}
+
 /// Counters a transport keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportStats {
@@ -432,21 +444,24 @@ pub trait Transport: Send + fmt::Debug {
         false
     }
 
-    /// Receive-in-place (`homa_core::Endpoint::place`): the next datagram's transport
-    /// address and whole length, with its first `head.len()` bytes in `head`, without
-    /// taking it. `None` if nothing waits, or it is not one Homa packet (then `recv` takes
-    /// it), or the transport does not receive in place.
-    fn peek(&mut self, _head: &mut [u8]) -> Option<(SocketAddr, usize)> {
+    /// Receive-in-place (`homa_core::Endpoint::place_run`): the next datagram, with its
+    /// first `head.len()` bytes in `head`, without taking it. `None` if nothing waits, or
+    /// the transport does not receive in place.
+    fn peek(&mut self, _head: &mut [u8]) -> Option<Peeked> {
         None
     }
 
-    /// Takes the datagram [`peek`](Transport::peek) saw: its first `head.len()` bytes into
-    /// `head`, and the rest, if it is `len` bytes long, appended to `message` (whose spare
-    /// capacity must hold them); returns its transport address. `Ok(None)`: it had another
-    /// length, and is dropped (counted in `rx_dropped`); `message` is as it was.
+    /// Takes the datagram [`peek`](Transport::peek) saw, a run of packets of `segment`
+    /// bytes each (the last may be shorter): the first `head_len` bytes of each into
+    /// `heads`, one after another, and the rest of each appended to `message` (whose spare
+    /// capacity must hold them), `len` bytes in all; returns its transport address.
+    /// `Ok(None)`: it had another length, and is dropped (counted in `rx_dropped`);
+    /// `message` is as it was.
     fn recv_split(
         &mut self,
-        _head: &mut [u8],
+        _heads: &mut [u8],
+        _head_len: usize,
+        _segment: usize,
         _message: &mut Vec<u8>,
         _len: usize,
     ) -> io::Result<Option<SocketAddr>> {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use homa_core::ApiError;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::Peeked;
 use super::sys::{self, MmsgScratch, RecvMode, Reports};
 use super::{
     Batch, IPPROTO_HOMA, Transport, TransportKind, TransportStats, Unreachable, WaitHandle, Waiter,
@@ -267,7 +268,7 @@ impl Transport for SocketTransport {
         !self.raw()
     }
 
-    fn peek(&mut self, head: &mut [u8]) -> Option<(SocketAddr, usize)> {
+    fn peek(&mut self, head: &mut [u8]) -> Option<Peeked> {
         if !self.receives_in_place() {
             return None;
         }
@@ -277,15 +278,18 @@ impl Transport for SocketTransport {
 
     fn recv_split(
         &mut self,
-        head: &mut [u8],
+        heads: &mut [u8],
+        head_len: usize,
+        segment: usize,
         message: &mut Vec<u8>,
         len: usize,
     ) -> io::Result<Option<SocketAddr>> {
         let fd = self.fd();
         let rest =
             message.spare_capacity_mut().get_mut(..len).ok_or(io::ErrorKind::InvalidInput)?;
-        let (from, got) = sys::recv_split(fd, head, rest, &mut self.reports())?;
-        if got != head.len() + len {
+        let run = sys::Run { heads, head_len, segment };
+        let (from, got) = sys::recv_split(fd, run, rest, &mut self.reports())?;
+        if got != heads.len() + len {
             self.stats.rx_dropped += 1;
             return Ok(None);
         }

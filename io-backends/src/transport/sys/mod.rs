@@ -26,7 +26,8 @@ pub(super) use cmsg::{CmsgBuf, DEFAULT_PRIORITY, set_cmsgs, set_default_tos};
 pub(super) use errqueue::{drain_errors, is_unreachable, may_be_pending};
 pub(crate) use ready::{clear, signal};
 pub(super) use ready::{pending, readable};
-pub(super) use recv::{RecvMode, peek, recv_batch, recv_split};
+pub(crate) use recv::MAX_RUN;
+pub(super) use recv::{RecvMode, Run, peek, recv_batch, recv_split};
 pub(super) use send::{refused, send_batch};
 pub(super) use sockopt::{getsockopt_int, receive_drops, setsockopt_int};
 

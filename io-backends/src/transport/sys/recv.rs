@@ -11,7 +11,7 @@ use super::cmsg::gro_segment;
 use super::{
     CmsgBuf, MmsgScratch, Reports, drain_errors, is_unreachable, may_be_pending, read_sockaddr,
 };
-use crate::transport::{self, Batch, Datagram};
+use crate::transport::{self, Batch, Datagram, Peeked};
 
 /// How a socket's datagrams arrive.
 #[derive(Debug, Clone, Copy)]
@@ -191,16 +191,14 @@ fn recv_one(fd: RawFd, batch: &mut Batch, mode: RecvMode, r: &mut Reports<'_>) -
     Ok(())
 }
 
-/// Looks at the next UDP datagram without taking it (`MSG_PEEK`): its source, its whole
-/// length, and its first `head.len()` bytes in `head`. `None` if nothing waits, on an error
-/// about our own socket (the next receive meets it), or if UDP GRO coalesced several
-/// packets into it (`gro`: the socket has GRO on).
+/// Looks at the next UDP datagram without taking it: its first `head.len()` bytes into
+/// `head`, its source, whole length and (with `gro`) the size of the packets it holds.
 pub(in crate::transport) fn peek(
     fd: RawFd,
     head: &mut [u8],
     gro: bool,
     r: &mut Reports<'_>,
-) -> Option<(SocketAddr, usize)> {
+) -> Option<Peeked> {
     // SAFETY: all-zero bytes are a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     let mut control = CmsgBuf::ZERO;
@@ -214,33 +212,58 @@ pub(in crate::transport) fn peek(
     let (from, len) = recvmsg_from(fd, &mut msg, libc::MSG_PEEK | libc::MSG_TRUNC, r).ok()?;
     // SAFETY: the kernel just filled msg, control buffer included.
     let segment = if gro { unsafe { gro_segment(&msg) } } else { 0 };
-    (segment == 0 || segment >= len).then_some((from, len))
+    let segment = if segment == 0 || segment >= len { len } else { segment };
+    Some(Peeked { from, len, segment })
 }
 
-/// Receives the next UDP datagram split in two: its first `head.len()` bytes into `head`,
-/// the rest into `rest`. Returns its source and whole length (a datagram longer than both
-/// was cut short; the bytes written are that length, up to both's). The part in `rest` is
+/// The most packets a datagram received in place may hold: a GRO batch holds at most
+/// 64 KiB, and runs are received in place only of packets of a kilobyte or more.
+pub(crate) const MAX_RUN: usize = 64;
+
+/// Where [`recv_split`] puts the headers of a run of packets: `heads` holds one
+/// `head_len`-byte header per `segment`-byte packet.
+pub(in crate::transport) struct Run<'a> {
+    pub(in crate::transport) heads: &'a mut [u8],
+    pub(in crate::transport) head_len: usize,
+    pub(in crate::transport) segment: usize,
+}
+
+/// Receives the next UDP datagram, a run of packets, split: each packet's header into
+/// `run.heads`, its payload into `rest`, after the previous payload. Returns its source
+/// and whole length (a datagram longer than the buffers was cut short). Each payload is
 /// received into a 64-byte-aligned iovec after the few bytes before the first aligned
 /// address: the kernel copies several times slower to an unaligned destination (see
-/// [`Batch`]).
+/// [`Batch`]). A run of more than [`MAX_RUN`] packets is refused (`InvalidInput`).
 pub(in crate::transport) fn recv_split(
     fd: RawFd,
-    head: &mut [u8],
+    run: Run<'_>,
     rest: &mut [MaybeUninit<u8>],
     r: &mut Reports<'_>,
 ) -> io::Result<(SocketAddr, usize)> {
-    let split = rest.as_ptr().align_offset(64).min(rest.len());
-    let (before, aligned) = rest.split_at_mut(split);
+    let Run { heads, head_len, segment } = run;
+    let packets = heads.len() / head_len.max(1);
+    if packets == 0 || packets > MAX_RUN || segment <= head_len {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
     let iovec = |p: *mut u8, len| libc::iovec { iov_base: p.cast(), iov_len: len };
-    let mut iov = [
-        iovec(head.as_mut_ptr(), head.len()),
-        iovec(before.as_mut_ptr().cast(), before.len()),
-        iovec(aligned.as_mut_ptr().cast(), aligned.len()),
-    ];
+    let mut iov = [iovec(ptr::null_mut(), 0); 3 * MAX_RUN];
+    let mut n = 0;
+    let mut payloads = rest;
+    for head in heads.chunks_exact_mut(head_len) {
+        let take = (segment - head_len).min(payloads.len());
+        let (payload, more) = payloads.split_at_mut(take);
+        payloads = more;
+        let split = payload.as_ptr().align_offset(64).min(payload.len());
+        let (before, aligned) = payload.split_at_mut(split);
+        iov[n] = iovec(head.as_mut_ptr(), head_len);
+        iov[n + 1] = iovec(before.as_mut_ptr().cast(), before.len());
+        iov[n + 2] = iovec(aligned.as_mut_ptr().cast(), aligned.len());
+        n += 3;
+    }
     // SAFETY: all-zero bytes are a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = iov.len();
+    msg.msg_iovlen = n;
     recvmsg_from(fd, &mut msg, libc::MSG_TRUNC, r)
 }
 
