@@ -165,10 +165,21 @@ pub struct Endpoint {
     events: VecDeque<Event>,
     metrics: Metrics,
     rx_bytes: u64,
+    /// Bytes of delivered messages the application still holds (`set_lent_bytes`).
+    lent_bytes: u64,
     tx_bytes: u64,
     /// The RPC whose latest DATA packets still owe their bookkeeping (see `after_data`):
     /// it waits while more DATA of the same message follows, and runs before anything else.
     deferred: Option<RpcRef>,
+}
+
+/// Why a request's first packet made no server RPC.
+#[derive(Debug, Clone, Copy)]
+enum NoRpc {
+    /// A limit on peers or on their RPCs.
+    Limit,
+    /// Its message does not fit in `max_rx_bytes` now.
+    Memory,
 }
 
 /// A run of DATA packets whose payload `place_run` put in their message.
@@ -216,6 +227,7 @@ impl Endpoint {
             events: VecDeque::new(),
             metrics: Metrics::default(),
             rx_bytes: 0,
+            lent_bytes: 0,
             tx_bytes: 0,
             deferred: None,
             config,
@@ -481,6 +493,15 @@ impl Endpoint {
         m.rx_bytes = self.rx_bytes;
         m.tx_bytes = self.tx_bytes;
         m
+    }
+
+    /// Tells the endpoint how many bytes of the messages it delivered the application still
+    /// holds (an I/O layer that lends its buffers counts them). They count against
+    /// `max_rx_bytes` with the messages being reassembled: while they fill it, new messages
+    /// wait. Their senders hear BUSY (a request) or are asked again later (a response), as
+    /// from a busy host, and the calls finish late rather than fail.
+    pub fn set_lent_bytes(&mut self, bytes: u64) {
+        self.lent_bytes = bytes;
     }
 
     /// Number of RPCs alive (client and server).
@@ -1050,8 +1071,22 @@ impl Endpoint {
         let r = match rpc {
             Some(r) => r,
             None if !wire::is_client_id(id) => match self.new_server_rpc(from, h, id, d) {
-                Some(r) => r,
-                None => return false,
+                Ok(r) => r,
+                Err(NoRpc::Memory) if offset == 0 => {
+                    // The request waits for memory (delivered messages the application
+                    // holds, or others in reassembly): its client hears that we are busy,
+                    // not silence, and sends it again when its RESEND finds no RPC here.
+                    let busy = Control {
+                        to: from,
+                        sport: h.dport,
+                        dport: h.sport,
+                        id,
+                        body: ControlBody::Busy,
+                    };
+                    self.push_control(busy);
+                    return false;
+                }
+                Err(_) => return false,
             },
             None => {
                 self.metrics.drops.unknown_rpc += 1;
@@ -1065,6 +1100,9 @@ impl Endpoint {
         let Some(x) = self.rpcs.get(r) else { return true };
         if x.is_client() && x.state == State::Outgoing {
             if !self.reserve_rx(d.message_length) {
+                // The response waits for memory: the server is alive, and our RESENDs
+                // ask for it again later.
+                self.reset_silence(r);
                 return false;
             }
             let birth = self.birth();
@@ -1171,24 +1209,24 @@ impl Endpoint {
         h: &header::Repr,
         id: u64,
         d: &data::Repr,
-    ) -> Option<RpcRef> {
+    ) -> Result<RpcRef, NoRpc> {
         let Some(peer) = self.peers.get_or_insert(from, self.now) else {
             self.metrics.drops.peer_limit += 1;
-            return None;
+            return Err(NoRpc::Limit);
         };
         if self.peers.get(peer).server_rpcs >= self.config.max_rpcs_per_peer {
             self.metrics.drops.rpc_limit += 1;
-            return None;
+            return Err(NoRpc::Limit);
         }
         if !self.reserve_rx(d.message_length) {
-            return None;
+            return Err(NoRpc::Memory);
         }
         let birth = self.birth();
         let level = self.config.unsched_level(d.message_length);
         let p = self.peers.get_mut(peer);
         p.rpcs += 1;
         p.server_rpcs += 1;
-        Some(self.rpcs.insert(Rpc {
+        Ok(self.rpcs.insert(Rpc {
             id,
             peer,
             addr: from,
@@ -1207,7 +1245,7 @@ impl Endpoint {
 
     /// Reserves reassembly memory for a new message, or counts the drop.
     fn reserve_rx(&mut self, length: u32) -> bool {
-        if self.rx_bytes + u64::from(length) > self.config.max_rx_bytes {
+        if self.rx_bytes + self.lent_bytes + u64::from(length) > self.config.max_rx_bytes {
             self.metrics.drops.rx_memory += 1;
             return false;
         }
