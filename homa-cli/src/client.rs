@@ -265,24 +265,25 @@ fn collect(
     let mut r = Results { per_bin: vec![Samples::default(); bins], ..Results::default() };
     let mut calls: HashMap<u64, InFlight> = HashMap::new();
     let mut end: Option<Instant> = None;
-    let finish = |r: &mut Results, f: InFlight, result: homa_io::Result<Vec<u8>>, at: Instant| {
-        match result {
-            Ok(response) => {
-                if verify.is_some_and(|bytes| response != bytes[..f.len]) {
-                    r.corrupted += 1;
+    let finish =
+        |r: &mut Results, f: InFlight, result: homa_io::Result<homa_io::Message>, at: Instant| {
+            match result {
+                Ok(response) => {
+                    if verify.is_some_and(|bytes| response != bytes[..f.len]) {
+                        r.corrupted += 1;
+                    }
+                    let rtt = at.saturating_duration_since(f.start);
+                    r.per_bin[f.bin].push(rtt);
+                    r.all.push(rtt);
+                    r.completed += 1;
+                    r.request_bytes += f.len as u64;
+                    r.response_bytes += response.len() as u64;
                 }
-                let rtt = at.saturating_duration_since(f.start);
-                r.per_bin[f.bin].push(rtt);
-                r.all.push(rtt);
-                r.completed += 1;
-                r.request_bytes += f.len as u64;
-                r.response_bytes += response.len() as u64;
+                Err(e) => *r.errors.entry(error_kind(&e)).or_default() += 1,
             }
-            Err(e) => *r.errors.entry(error_kind(&e)).or_default() += 1,
-        }
-        slots.give();
-        done.fetch_add(1, Ordering::Relaxed);
-    };
+            slots.give();
+            done.fetch_add(1, Ordering::Relaxed);
+        };
     loop {
         if end.is_some() && calls.is_empty() {
             break;

@@ -54,7 +54,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::socket::{Call, Poller, RecvRequest, Request};
+use crate::socket::{Call, Message, Poller, RecvRequest, Request};
 
 /// What a binding parks: a call awaiting its response, or a wait for the next request.
 #[derive(Debug)]
@@ -69,7 +69,7 @@ pub enum Op {
 #[derive(Debug)]
 pub enum Done {
     /// A call's response, or why it failed.
-    Response(Result<Vec<u8>>),
+    Response(Result<Message>),
     /// A request, or why none will come (shutdown).
     Request(Result<Request>),
 }

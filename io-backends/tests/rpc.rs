@@ -5,6 +5,7 @@ mod common;
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::{bind_server, echo, loopback_v4, pattern, transports};
 use homa_io::{Config, Socket, TransportKind};
@@ -289,4 +290,33 @@ fn each_side_tells_where_an_unanswered_call_stands() {
         format!("server RPC {} with {}: with the application", c.id, client.local_addr());
     assert_eq!(format!("{s}"), expected);
     drop((held, call));
+}
+
+/// Received messages are lent: while the application holds them they count against
+/// `max_rx_bytes`, and a response that does not fit beside them waits, for longer than
+/// Homa's timeout, until one is dropped; then it arrives.
+#[test]
+fn held_responses_make_the_next_wait_until_one_is_dropped() {
+    let config = Config { max_rx_bytes: 2_500_000, ..Config::default() };
+    let timeout = Duration::from_micros(u64::from(config.timeout_ticks * config.tick_usecs));
+    let builder = Socket::builder().config(config);
+    let server = Arc::new(bind_server(builder.clone(), loopback_v4()));
+    let echoer = echo(&server);
+    let client = builder.client(loopback_v4()).unwrap();
+    let mut held: Vec<_> = (0..2u8)
+        .map(|i| client.call(server.local_addr(), pattern(1_000_000, i), None).unwrap())
+        .collect();
+    assert_eq!(client.metrics().lent_bytes, 2_000_000);
+    let mut call = client.call_async(server.local_addr(), pattern(1_000_000, 2), None).unwrap();
+    assert!(call.wait_timeout(3 * timeout).is_none(), "done beside 2 MB held");
+    assert!(client.metrics().core.drops.rx_memory > 0);
+    drop(held.pop());
+    let last = call.wait().unwrap();
+    assert!(last == pattern(1_000_000, 2));
+    drop(held);
+    assert_eq!(client.metrics().lent_bytes, 1_000_000, "the last response is still held");
+    drop(last);
+    assert_eq!(client.metrics().lent_bytes, 0);
+    server.shutdown();
+    echoer.join().unwrap();
 }

@@ -32,7 +32,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use homa_io::reactor::{Done, Op, Parked};
-use napi::bindgen_prelude::{BigInt, Buffer, ToNapiValue};
+use napi::bindgen_prelude::{BigInt, ToNapiValue};
 use napi::{Error, JsError, Result, sys};
 
 use crate::{NativeRequest, failure, io_error, lock};
@@ -504,20 +504,48 @@ fn request(env: sys::napi_env, mut r: homa_io::Request) -> Result<sys::napi_valu
 /// costs less than an external one (a backing store with a finaliser) until here.
 const COPY_BELOW: usize = 16 * 1024;
 
-/// A message as a Buffer: over `v` itself (an external buffer), or for short messages a
-/// copy (see [`COPY_BELOW`]).
-pub(crate) fn buffer(env: sys::napi_env, v: Vec<u8>) -> Result<sys::napi_value> {
-    if v.len() >= COPY_BELOW {
-        // SAFETY: on the JavaScript thread; the Buffer wraps the vector, uncopied.
-        return unsafe { Buffer::to_napi_value(env, Buffer::from(v)) };
+/// A received message as a Buffer: over the message itself (an external buffer, which
+/// keeps the message lent until the garbage collector frees the Buffer, see
+/// `homa_io::Message`), or for short messages a copy (see [`COPY_BELOW`]).
+pub(crate) fn buffer(env: sys::napi_env, m: homa_io::Message) -> Result<sys::napi_value> {
+    let mut value = ptr::null_mut();
+    if m.len() >= COPY_BELOW {
+        let len = m.len();
+        let owner = Box::into_raw(Box::new(m));
+        // SAFETY: `owner` is a live, leaked box; the bytes it points to stay put until the
+        // finaliser takes the box back, which napi calls once, after the Buffer is gone.
+        let status = unsafe {
+            let data = (*owner).as_ptr().cast_mut().cast();
+            sys::napi_create_external_buffer(
+                env,
+                len,
+                data,
+                Some(free_message),
+                owner.cast(),
+                &mut value,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            // SAFETY: napi took no ownership: the box is still ours alone.
+            drop(unsafe { Box::from_raw(owner) });
+        }
+        check(status, "napi_create_external_buffer")?;
+        return Ok(value);
     }
-    let (mut data, mut value) = (ptr::null_mut(), ptr::null_mut());
-    // SAFETY: on the JavaScript thread; copies v.len() bytes from a live vector.
+    let mut data = ptr::null_mut();
+    // SAFETY: on the JavaScript thread; copies m.len() bytes from a live message.
     let status = unsafe {
-        sys::napi_create_buffer_copy(env, v.len(), v.as_ptr().cast(), &mut data, &mut value)
+        sys::napi_create_buffer_copy(env, m.len(), m.as_ptr().cast(), &mut data, &mut value)
     };
     check(status, "napi_create_buffer_copy")?;
     Ok(value)
+}
+
+/// Finalises an external Buffer made by [`buffer`]: the message goes back (`hint` is its
+/// box).
+unsafe extern "C" fn free_message(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
+    // SAFETY: `hint` is the box `buffer` leaked for this Buffer; napi finalises it once.
+    drop(unsafe { Box::from_raw(hint.cast::<homa_io::Message>()) });
 }
 
 fn check_uv(rc: c_int, what: &str) -> Result<()> {

@@ -2,7 +2,9 @@
 //! buffer homa-io received the message into.
 //!
 //! The view's exporter is a small object of the hidden type `homa._native.ReceivedBuffer`
-//! that owns the buffer and frees it when the last view over it is gone. Its type is made
+//! that owns the message (a `homa_io::Message`, lent: counted against the socket's
+//! `max_rx_bytes`) and gives it back when the last view over it is gone, even after the
+//! socket closed. Its type is made
 //! here with `PyType_FromSpec` and a `bf_getbuffer` slot rather than as a pyo3 class: pyo3
 //! offers the buffer protocol to the stable ABI only from Python 3.11, while the wheel is
 //! for 3.9 and later, whose `PyType_FromSpec` takes the same slot.
@@ -34,13 +36,13 @@ unsafe extern "C" {
 #[repr(C)]
 struct ReceivedBuffer {
     ob_base: ffi::PyObject,
-    message: ManuallyDrop<Vec<u8>>,
+    message: ManuallyDrop<homa_io::Message>,
 }
 
 static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `message` as a read-only memoryview over its own buffer: no copy.
-pub(crate) fn message(py: Python<'_>, message: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn message(py: Python<'_>, message: homa_io::Message) -> PyResult<Bound<'_, PyAny>> {
     let tp = TYPE.get_or_try_init(py, || new_type(py))?;
     // SAFETY: `tp` is our heap type, whose instances are `ReceivedBuffer`s; the allocation
     // is zeroed, and the message is written before anything else can see the object.
@@ -108,12 +110,12 @@ unsafe extern "C" fn get_buffer(
     // since only `dealloc` frees them.
     unsafe {
         let message = &(*obj.cast::<ReceivedBuffer>()).message;
-        let len = isize::try_from(message.len()).expect("a Vec's length fits isize");
+        let len = isize::try_from(message.len()).expect("a slice's length fits isize");
         PyBuffer_FillInfo(view, obj, message.as_ptr().cast_mut().cast(), len, 1, flags)
     }
 }
 
-/// `tp_dealloc`: frees the message, then the object, then our reference to its heap type.
+/// `tp_dealloc`: gives the message back, then the object, then our reference to its heap type.
 unsafe extern "C" fn dealloc(obj: *mut ffi::PyObject) {
     // SAFETY: called once, with the GIL, when the last reference (views included) is gone;
     // `obj` is a `ReceivedBuffer` whose message `message` wrote.

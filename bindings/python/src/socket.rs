@@ -301,7 +301,9 @@ impl Socket {
     /// ``loop_stalls`` (the event loop fell behind and the driver thread received for it),
     /// ``late_timers`` (the driver thread's timers ran so late that peers may ask for
     /// resends: the host is short of CPU), ``bytes_in_place`` (payload bytes the kernel
-    /// received straight into their messages; the rest were copied once more).
+    /// received straight into their messages; the rest were copied once more),
+    /// ``lent_bytes`` (received messages whose views are still alive: they count against
+    /// ``max_rx_bytes``, and while they fill it new messages wait).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let live = lock(&self.inner).clone();
         let m = match live {

@@ -204,6 +204,42 @@ def test_received_messages_are_views_of_the_receive_buffer(port: int) -> None:
         assert tail == payload[-1000:]
 
 
+def test_held_messages_are_lent_and_bound_what_new_ones_may_take(port: int) -> None:
+    """Received messages are lent by the socket: while a view of one lives it counts
+    against max_rx_bytes (``metrics()["lent_bytes"]``), so a response that does not fit
+    beside the held ones waits, past Homa's timeout, until a view is released; views stay
+    readable after the socket is closed."""
+    server = homa.Socket(port, host=LOCAL)
+    client = homa.Socket(host=LOCAL, max_rx_bytes=2_500_000)
+    thread = serve_in_thread(server)
+    held = [client.call(server.local_addr, bytes([i]) * 1_000_000, timeout=10) for i in range(2)]
+    assert client.metrics()["lent_bytes"] == 2_000_000
+    piece = held[0][10:20]  # a slice keeps its whole message lent
+    result: list[memoryview] = []
+
+    def call_third() -> None:
+        result.append(client.call(server.local_addr, b"\2" * 1_000_000, timeout=10))
+
+    third = threading.Thread(target=call_third)
+    third.start()
+    third.join(0.3)  # three times Homa's timeout: the call waits for memory, it does not fail
+    assert third.is_alive() and client.metrics()["core"]["drops"]["rx_memory"] > 0
+    held.pop().release()
+    third.join(10)
+    assert result[0] == b"\2" * 1_000_000
+    del result[:]
+    assert client.metrics()["lent_bytes"] == 1_000_000, "the first is still held"
+    client.close()
+    server.close()
+    thread.join()
+    readable = bytes(piece) == b"\0" * 10 and held[0][-1] == 0
+    assert readable, "after close"
+    del held
+    gc.collect()
+    assert bytes(piece) == b"\0" * 10, "a slice keeps its message"
+    piece.release()
+
+
 def test_port_is_free_while_a_request_is_held(port: int) -> None:
     """close() releases the port even while a request (which refers to the socket's shared
     state) lives on; answering it then raises ShutdownError."""

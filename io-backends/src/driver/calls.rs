@@ -14,6 +14,7 @@ use homa_core::{ApiError, Event, FailReason, Instant, Payload, ServerRpc};
 
 use super::Inner;
 use crate::error::{Error, Result};
+use crate::socket::Message;
 
 /// Hashes RPC ids (our own counter, so no peer chooses them) with one multiplication
 /// instead of SipHash.
@@ -57,7 +58,7 @@ pub(crate) struct Completion {
 
 #[derive(Debug, Default)]
 struct CallState {
-    result: Option<Result<Vec<u8>>>,
+    result: Option<Result<Message>>,
     waker: Option<Waker>,
     /// A thread sleeps on `cv` (notifying costs a system call; skip it otherwise).
     sleeping: bool,
@@ -69,7 +70,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Completion {
     /// Stores the result; returns the task to wake, if one is waiting.
-    fn complete(&self, result: Result<Vec<u8>>) -> Option<Waker> {
+    fn complete(&self, result: Result<Message>) -> Option<Waker> {
         let mut s = lock(&self.state);
         s.result = Some(result);
         self.done.store(true, Ordering::Release);
@@ -80,7 +81,7 @@ impl Completion {
     }
 
     /// The result if there is one, else registers `waker` to be woken with it.
-    pub(crate) fn poll(&self, waker: &Waker) -> Option<Result<Vec<u8>>> {
+    pub(crate) fn poll(&self, waker: &Waker) -> Option<Result<Message>> {
         let mut s = lock(&self.state);
         let r = s.result.take();
         if r.is_none() && !s.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -94,7 +95,7 @@ impl Completion {
     }
 
     /// Blocks until the result is there or `until` passes (then `None`).
-    pub(super) fn wait_until(&self, until: std::time::Instant) -> Option<Result<Vec<u8>>> {
+    pub(super) fn wait_until(&self, until: std::time::Instant) -> Option<Result<Message>> {
         let mut s = lock(&self.state);
         loop {
             if let Some(r) = s.result.take() {
@@ -110,7 +111,7 @@ impl Completion {
     }
 
     /// Blocks until the result is there.
-    pub(super) fn wait(&self) -> Result<Vec<u8>> {
+    pub(super) fn wait(&self) -> Result<Message> {
         let mut s = lock(&self.state);
         loop {
             if let Some(r) = s.result.take() {
@@ -147,7 +148,7 @@ enum Waiting {
 pub(crate) struct Incoming {
     pub(crate) rpc: ServerRpc,
     pub(crate) client_port: u16,
-    pub(crate) message: Vec<u8>,
+    pub(crate) message: Message,
 }
 
 /// Calls in flight and requests waiting to be taken.
@@ -232,13 +233,16 @@ impl Inner {
     pub(super) fn dispatch(&mut self, event: Event) {
         match event {
             Event::RequestReceived { rpc, client_port, message, .. } => {
+                let message = Message::lend(message, &self.lent);
                 self.calls.requests.push_back(Incoming { rpc, client_port, message });
                 self.to_wake.new_requests += 1;
                 self.kick_leader();
                 let wakers = std::mem::take(&mut self.calls.request_wakers);
                 self.to_wake.wakers.extend(wakers);
             }
-            Event::ResponseReceived { cookie: id, message, .. } => self.finish(id, Ok(message)),
+            Event::ResponseReceived { cookie: id, message, .. } => {
+                self.finish(id, Ok(Message::lend(message, &self.lent)));
+            }
             Event::RpcFailed { cookie: id, reason, .. } => {
                 let Some(dest) = self.calls.calls.get(&id).map(|c| c.dest) else { return };
                 let err = match reason {
@@ -258,7 +262,7 @@ impl Inner {
     }
 
     /// Hands a call its result.
-    fn finish(&mut self, id: u64, result: Result<Vec<u8>>) {
+    fn finish(&mut self, id: u64, result: Result<Message>) {
         let Some(call) = self.calls.remove(id) else { return };
         self.kick_leader();
         if let Some(w) = call.completion.complete(result) {

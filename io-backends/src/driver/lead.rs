@@ -12,6 +12,7 @@ use super::spin::Spun;
 use super::state::Receiver;
 use super::{Completion, Inner, LEADER_GRACE, Shared, lock, this_thread};
 use crate::error::Result;
+use crate::socket::Message;
 use crate::transport::clear;
 
 impl Shared {
@@ -295,7 +296,7 @@ impl Shared {
         dest: SocketAddr,
         message: Payload,
         timeout: Option<Duration>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Message> {
         let mut inner = self.lock();
         let now = inner.clock(self.now());
         // Claimed (and the driver thread off the transport) before sending, so a fast
@@ -332,7 +333,7 @@ impl Shared {
         c: &Completion,
         claimed: bool,
         until: std::time::Instant,
-    ) -> Option<Result<Vec<u8>>> {
+    ) -> Option<Result<Message>> {
         if claimed {
             self.lead_claimed(Some(until), |_| c.is_done(), |_| ());
         } else {
@@ -343,7 +344,7 @@ impl Shared {
 
     /// Blocks until call `c` completes, leading if this thread `claimed` leadership or
     /// nobody leads.
-    pub(crate) fn wait_call(&self, c: &Completion, claimed: bool) -> Result<Vec<u8>> {
+    pub(crate) fn wait_call(&self, c: &Completion, claimed: bool) -> Result<Message> {
         if claimed {
             self.lead_claimed(None, |_| c.is_done(), |_| ());
         } else {

@@ -44,7 +44,7 @@ mod tests;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
@@ -117,6 +117,9 @@ pub(crate) struct Inner {
     /// The time when the lock was last taken (nanoseconds since the driver started).
     now: Nanos,
     pub(crate) counters: DriverCounters,
+    /// Bytes of delivered messages the application still holds ([`Message`]s not yet
+    /// dropped); the endpoint counts them against `max_rx_bytes`.
+    pub(crate) lent: Arc<AtomicU64>,
     /// Threads waiting for the endpoint to become idle ([`Shared::wait_idle`]).
     idle_waiters: usize,
     /// Warnings logged (each once per socket) and not yet taken by `Socket::take_warnings`.
@@ -291,6 +294,7 @@ impl Shared {
             allow,
             now: 0,
             counters: DriverCounters::default(),
+            lent: Arc::default(),
             idle_waiters: 0,
         };
         let shared = Arc::new(Shared {

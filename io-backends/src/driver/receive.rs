@@ -4,6 +4,7 @@
 use homa_core::Instant;
 use std::mem;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 use homa_core::time::Nanos;
 use homa_core::wire::{self, data};
@@ -202,6 +203,7 @@ impl Inner {
     /// batch together: one GRANT per message, not one per DATA packet; the DATA that GRANTs
     /// allow, in runs. Large datagrams start receiving in place, if the transport can.
     pub(super) fn feed(&mut self, now: Nanos, rx: &Batch) {
+        self.endpoint.set_lent_bytes(self.lent.load(Ordering::Relaxed));
         if !rx.is_empty() {
             // (Not for what GRO coalesced of small packets.)
             let bulk = |d: Datagram| d.len >= PLACE_MIN && (d.segment == 0 || d.segment >= 1024);

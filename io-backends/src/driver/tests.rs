@@ -246,7 +246,10 @@ impl Setup {
     }
 
     /// A blocking call on another thread.
-    fn call_in_thread(&self, timeout: Option<Duration>) -> JoinHandle<crate::Result<Vec<u8>>> {
+    fn call_in_thread(
+        &self,
+        timeout: Option<Duration>,
+    ) -> JoinHandle<crate::Result<crate::Message>> {
         let (shared, port) = (Arc::clone(&self.shared), self.port);
         std::thread::spawn(move || {
             shared.call(port, SERVER.parse().unwrap(), b"ping".to_vec().into(), timeout)

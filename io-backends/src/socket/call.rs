@@ -10,6 +10,7 @@ use homa_core::ApiError;
 
 use crate::driver::{Completion, Shared};
 use crate::error::Result;
+use crate::socket::Message;
 
 /// An RPC in progress: a [`Future`] of its response, or [`wait`](Call::wait) for it.
 /// Dropping an unfinished `Call` aborts the RPC.
@@ -36,7 +37,7 @@ impl Call {
     }
 
     /// Blocks until the response (or failure) arrives.
-    pub fn wait(mut self) -> Result<Vec<u8>> {
+    pub fn wait(mut self) -> Result<Message> {
         let claimed = std::mem::take(&mut self.leading);
         let r = self.shared.wait_call(&self.completion, claimed);
         self.done = true;
@@ -50,7 +51,7 @@ impl Call {
     /// `Some(Err(Error::Api(ApiError::UnknownRpc)))`, as would [`Socket::abort`].
     ///
     /// [`Socket::abort`]: super::Socket::abort
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Vec<u8>>> {
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<Message>> {
         if self.done {
             return Some(Err(ApiError::UnknownRpc(self.id).into()));
         }
@@ -64,7 +65,7 @@ impl Call {
 }
 
 impl Future for Call {
-    type Output = Result<Vec<u8>>;
+    type Output = Result<Message>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if std::mem::take(&mut self.leading) {

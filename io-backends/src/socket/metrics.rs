@@ -42,6 +42,12 @@ pub struct Metrics {
     /// place (large DATA packets, or runs of one message's packets as GRO delivers them).
     /// Every other payload byte is copied once more, from the receive buffer.
     pub bytes_in_place: u64,
+    /// Bytes of received messages the application holds now ([`Message`]s not yet
+    /// dropped, and the views the bindings made of them). With the messages being received
+    /// (`core.rx_bytes`) they may fill `max_rx_bytes`; new messages then wait.
+    ///
+    /// [`Message`]: crate::Message
+    pub lent_bytes: u64,
 }
 
 impl Metrics {
@@ -64,6 +70,7 @@ impl Metrics {
             ("loop_stalls", self.loop_stalls),
             ("late_timers", self.late_timers),
             ("bytes_in_place", self.bytes_in_place),
+            ("lent_bytes", self.lent_bytes),
         ] {
             v.insert(name, n);
         }

@@ -8,6 +8,7 @@
 
 mod builder;
 mod call;
+mod message;
 mod metrics;
 mod path;
 mod poller;
@@ -27,6 +28,7 @@ use crate::transport::TransportKind;
 
 pub use builder::Builder;
 pub use call::Call;
+pub use message::Message;
 pub use metrics::Metrics;
 pub use poller::Poller;
 pub use request::{RecvRequest, Request};
@@ -177,7 +179,7 @@ impl Socket {
         dest: SocketAddr,
         message: impl Into<Payload>,
         timeout: Option<Duration>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Message> {
         self.may_call()?;
         self.shared.call(self.port, dest, message.into(), timeout)
     }
@@ -395,6 +397,7 @@ impl Socket {
             loop_stalls: inner.counters.loop_stalls,
             late_timers: inner.counters.late_timers,
             bytes_in_place: inner.counters.bytes_in_place,
+            lent_bytes: inner.lent.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

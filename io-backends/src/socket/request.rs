@@ -11,6 +11,7 @@ use homa_core::{Payload, ServerRpc};
 
 use crate::driver::{Incoming, Shared};
 use crate::error::Result;
+use crate::socket::Message;
 
 /// A future of the next request ([`Socket::recv_request_async`]).
 ///
@@ -41,7 +42,7 @@ pub struct Request {
     shared: Arc<Shared>,
     rpc: ServerRpc,
     peer: SocketAddr,
-    message: Vec<u8>,
+    message: Message,
     answered: bool,
 }
 
@@ -61,7 +62,7 @@ impl Request {
     }
 
     /// Takes the request's bytes out (leaving an empty message), e.g. to echo them.
-    pub fn take_message(&mut self) -> Vec<u8> {
+    pub fn take_message(&mut self) -> Message {
         std::mem::take(&mut self.message)
     }
 
