@@ -687,6 +687,20 @@ impl Report<'_> {
             row(&mut s, &label, format!("{:.1}%", share(self.bins, i) * 100.0), m);
         }
         row(&mut s, "all", "100%".into(), &self.all);
+        // The socket's own histogram, as Prometheus would see it: bucket bounds, not samples.
+        let h = &self.metrics.calls;
+        let q = |q: f64| match h.quantile(q) {
+            _ if h.count() == 0 => "-".to_string(),
+            Some(b) => format!("<= {:.1}", b * 1e6),
+            None => "above 10 s".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "socket histogram (homa_call_duration_seconds, {} calls): p50 {} us, p99 {} us",
+            h.count(),
+            q(0.5),
+            q(0.99)
+        );
         let errors = if r.errors.is_empty() {
             "none".to_string()
         } else {

@@ -1,11 +1,11 @@
 //! `homa server`: a Homa echo server (the response is the request, as with HomaModule's
 //! `cp_node server`), until SIGINT or SIGTERM; then a graceful shutdown and the final counters.
 
-use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use homa_io::{Builder, Cidr, Socket, TransportKind};
 
@@ -22,6 +22,9 @@ Examples:
 
 Once the socket is open the server prints one line on stdout:
   listening on 127.0.0.1:4000 transport udp
+With --metrics ADDR it also serves its counters and latency histograms to Prometheus at \
+http://ADDR/metrics, and says so on a second line:
+  metrics on http://127.0.0.1:9464/metrics
 It runs until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully: for up to 2 seconds it goes \
 on answering until every response has been acknowledged by its client (a lost packet of a \
 response is then still resent), then closes the socket and prints what it served and the \
@@ -54,6 +57,10 @@ pub(crate) struct Args {
     /// Threads taking requests.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Serve every counter and the latency histograms at http://ADDR/metrics, in
+    /// Prometheus' text format (e.g. 127.0.0.1:9464; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// At exit, also write what was served and every counter as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -117,6 +124,51 @@ impl Signals {
     }
 }
 
+/// Serves `GET /metrics` on `addr` from a thread of its own (which lives as long as the
+/// process): the socket's metrics in Prometheus' text format. Returns the bound address.
+fn serve_metrics(addr: SocketAddr, socket: Arc<Socket>) -> Result<SocketAddr, Error> {
+    let listener = TcpListener::bind(addr).map_err(Error::io("opening the metrics port"))?;
+    let bound = listener.local_addr().map_err(Error::io("opening the metrics port"))?;
+    let label = socket.local_addr().to_string();
+    std::thread::Builder::new()
+        .name("homa-metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let body = socket.metrics().to_prometheus(&[("socket", &label)]);
+                if let Err(e) = answer_scrape(conn, &body) {
+                    tracing::debug!("metrics request: {e}");
+                }
+            }
+        })
+        .map_err(Error::io("starting the metrics thread"))?;
+    Ok(bound)
+}
+
+/// Reads one HTTP request (its head, at most 8 KiB, for at most a second) and answers it:
+/// `body` for `GET /metrics`, 404 for any other path.
+fn answer_scrape(mut conn: TcpStream, body: &str) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let mut head = Vec::new();
+    let mut buf = [0; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match conn.read(&mut buf)? {
+            0 => break,
+            n => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let (status, kind, body) = if line.starts_with(b"GET /metrics ") {
+        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
+    } else {
+        ("404 Not Found", "text/plain; charset=utf-8", "only /metrics is served here\n")
+    };
+    write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// What the request threads counted.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
@@ -155,6 +207,12 @@ pub(crate) fn run(args: &Args) -> Result<(), Error> {
         writeln!(out, "listening on {local} transport {}", socket.transport())
             .and_then(|()| out.flush())
             .map_err(Error::io("writing standard output"))?;
+        if let Some(addr) = args.metrics {
+            let at = serve_metrics(addr, Arc::clone(&socket))?;
+            writeln!(out, "metrics on http://{at}/metrics")
+                .and_then(|()| out.flush())
+                .map_err(Error::io("writing standard output"))?;
+        }
     }
     let started = Instant::now();
     let served = Arc::new(Served::default());

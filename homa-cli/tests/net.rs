@@ -3,7 +3,7 @@
 //! Loopback only; raw IP runs only as root (otherwise the reason is printed). Nothing here
 //! waits a fixed time: the server's readiness line and process exits are the signals.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
@@ -124,6 +124,46 @@ fn the_server_process_echoes_over_raw_ip_and_stops_on_sigterm() {
     echo_then_sigterm(TransportKind::Ip, server, client);
 }
 
+/// `homa server --metrics` serves Prometheus' text format at /metrics (404 elsewhere),
+/// with counters and the served-request histogram matching the calls made.
+#[test]
+fn the_server_serves_its_metrics_to_prometheus() {
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut server = Server::start(ip, &["--metrics", "127.0.0.1:0"]);
+    let mut line = String::new();
+    server.stdout.read_line(&mut line).unwrap();
+    // "metrics on http://127.0.0.1:PORT/metrics"
+    let at =
+        line.trim().strip_prefix("metrics on http://").and_then(|r| r.strip_suffix("/metrics"));
+    let at: SocketAddr = at.unwrap_or_else(|| panic!("metrics line: {line}")).parse().unwrap();
+    let client = Socket::client(ip).unwrap();
+    for i in 0..5u8 {
+        let m = pattern(1000 * usize::from(i) + 1, i);
+        assert!(client.call(server.addr, m.clone(), None).unwrap() == m);
+    }
+    let get = |path: &str| {
+        let mut conn = std::net::TcpStream::connect(at).unwrap();
+        write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    let reply = get("/metrics");
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+    assert!(reply.contains("Content-Type: text/plain; version=0.0.4"), "{reply}");
+    let label = format!("socket=\"{}\"", server.addr);
+    for sample in [
+        format!("homa_messages_received_total{{{label},kind=\"request\"}} 5\n"),
+        format!("homa_request_service_seconds_count{{{label}}} 5\n"),
+        format!("homa_request_service_seconds_bucket{{{label},le=\"+Inf\"}} 5\n"),
+    ] {
+        assert!(reply.contains(&sample), "{sample} not in {reply}");
+    }
+    assert!(get("/").starts_with("HTTP/1.1 404 Not Found\r\n"));
+    client.shutdown();
+    server.terminate();
+}
+
 fn run_json(args: &[&str], json_path: &std::path::Path) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_homa")).args(args).output().expect("homa runs");
     assert!(
@@ -173,6 +213,10 @@ fn the_client_loads_a_server_and_reports_json() {
     assert!(started > 0, "{requests}");
     assert_eq!(requests["completed"].as_u64().unwrap(), started, "{report}");
     assert_eq!(requests["failed"], 0, "{report}");
+    let calls = &report["metrics"]["calls"];
+    assert_eq!(calls["count"].as_u64(), Some(started), "the socket's latency histogram");
+    let buckets = calls["buckets"].as_array().unwrap();
+    assert_eq!(buckets.iter().map(|b| b.as_u64().unwrap()).sum::<u64>(), started);
     assert_eq!(report["errors"].as_object().unwrap().len(), 0, "{report}");
     assert!(report["latency"]["p50_us"].as_f64().unwrap() > 0.0);
     let bins = report["bins"].as_array().unwrap();

@@ -57,7 +57,9 @@ pub use error::{Error, Result};
 pub use homa_core::{ApiError, Config, Payload, Phase, Progress, RpcInfo};
 pub use malloc::retain_freed_buffers;
 pub use reactor::Reactor;
-pub use socket::{Builder, Call, Message, Metrics, Poller, RecvRequest, Request, Socket};
+pub use socket::{
+    Builder, Call, Histogram, Message, Metrics, Poller, RecvRequest, Request, Socket,
+};
 pub use transport::{Transport, TransportKind, TransportStats};
 
 /// The README's example runs as a doc test.

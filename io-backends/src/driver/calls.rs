@@ -130,6 +130,8 @@ struct PendingCall {
     /// The destination as the application named it (for `Error::Unreachable`).
     dest: SocketAddr,
     deadline: Option<Nanos>,
+    /// When it started, for the latency histogram.
+    started: Nanos,
     /// The endpoint's RPC, once it took the request (until then the request waits for room).
     rpc: Option<u64>,
 }
@@ -149,6 +151,8 @@ pub(crate) struct Incoming {
     pub(crate) rpc: ServerRpc,
     pub(crate) client_port: u16,
     pub(crate) message: Message,
+    /// When it was delivered, for the latency histogram of served requests.
+    pub(crate) arrived: Nanos,
 }
 
 /// Calls in flight and requests waiting to be taken.
@@ -234,7 +238,8 @@ impl Inner {
         match event {
             Event::RequestReceived { rpc, client_port, message, .. } => {
                 let message = Message::lend(message, &self.lent);
-                self.calls.requests.push_back(Incoming { rpc, client_port, message });
+                let arrived = self.now;
+                self.calls.requests.push_back(Incoming { rpc, client_port, message, arrived });
                 self.to_wake.new_requests += 1;
                 self.kick_leader();
                 let wakers = std::mem::take(&mut self.calls.request_wakers);
@@ -264,6 +269,9 @@ impl Inner {
     /// Hands a call its result.
     fn finish(&mut self, id: u64, result: Result<Message>) {
         let Some(call) = self.calls.remove(id) else { return };
+        if result.is_ok() {
+            self.latency.calls.record(self.now.saturating_sub(call.started));
+        }
         self.kick_leader();
         if let Some(w) = call.completion.complete(result) {
             self.to_wake.wakers.push(w);
@@ -311,7 +319,8 @@ impl Inner {
         if let Some(d) = deadline {
             self.calls.deadlines.insert((d, id));
         }
-        let call = PendingCall { completion: Arc::clone(&completion), dest, deadline, rpc };
+        let call =
+            PendingCall { completion: Arc::clone(&completion), dest, deadline, started: now, rpc };
         self.calls.calls.insert(id, call);
         Ok((id, completion))
     }
@@ -324,10 +333,17 @@ impl Inner {
     }
 
     /// Answers request `rpc`, or queues the answer until the endpoint has room for it.
-    pub(crate) fn reply(&mut self, now: Nanos, rpc: ServerRpc, message: Payload) -> Result<()> {
+    pub(crate) fn reply(
+        &mut self,
+        now: Nanos,
+        rpc: ServerRpc,
+        arrived: Nanos,
+        message: Payload,
+    ) -> Result<()> {
         if self.is_closed() {
             return Err(Error::Shutdown);
         }
+        self.latency.served.record(now.saturating_sub(arrived));
         match self.room_for(message.len()) {
             Ok(()) => {}
             Err(ApiError::TxBufferFull) => {

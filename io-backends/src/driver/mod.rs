@@ -62,6 +62,7 @@ use timer::{Alarm, TICK_SLACK};
 
 use crate::cidr::Cidr;
 use crate::error::{Error, Result};
+use crate::socket::Histogram;
 use crate::transport::{Batch, RECV_SLOT_LEN, Transport, TransportStats, Waiter, clear, signal};
 
 /// Timer ticks an event loop may leave input waiting before the driver thread receives
@@ -95,6 +96,15 @@ pub(crate) struct DriverCounters {
     pub(crate) bytes_in_place: u64,
 }
 
+/// Latency histograms.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Latency {
+    /// Calls, from their start to their response.
+    pub(crate) calls: Histogram,
+    /// Requests, from their arrival to their reply.
+    pub(crate) served: Histogram,
+}
+
 /// Everything the lock protects.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -120,6 +130,8 @@ pub(crate) struct Inner {
     /// Bytes of delivered messages the application still holds ([`Message`]s not yet
     /// dropped); the endpoint counts them against `max_rx_bytes`.
     pub(crate) lent: Arc<AtomicU64>,
+    /// Latencies of completed calls and of served requests.
+    pub(crate) latency: Latency,
     /// Threads waiting for the endpoint to become idle ([`Shared::wait_idle`]).
     idle_waiters: usize,
     /// Warnings logged (each once per socket) and not yet taken by `Socket::take_warnings`.
@@ -295,6 +307,7 @@ impl Shared {
             now: 0,
             counters: DriverCounters::default(),
             lent: Arc::default(),
+            latency: Latency::default(),
             idle_waiters: 0,
         };
         let shared = Arc::new(Shared {

@@ -1,5 +1,6 @@
 //! [`Metrics`]: a snapshot of a socket's counters (endpoint, transport, driver).
 
+use super::Histogram;
 use crate::transport::TransportStats;
 
 /// Counters of a socket: the endpoint's, the transport's, and the driver's.
@@ -48,12 +49,18 @@ pub struct Metrics {
     ///
     /// [`Message`]: crate::Message
     pub lent_bytes: u64,
+    /// Latencies of the calls that completed with a response, from start to response.
+    pub calls: Histogram,
+    /// Latencies of the requests served, from their arrival to the reply.
+    pub served: Histogram,
 }
 
 impl Metrics {
     /// Every counter by name, as the bindings and `homa` show them: `core`
-    /// ([`homa_core::Metrics::to_value`]), `transport` ([`TransportStats::to_value`]), and
-    /// the driver's own.
+    /// ([`homa_core::Metrics::to_value`]), `transport` ([`TransportStats::to_value`]), the
+    /// driver's own, and the latency histograms `calls` and `served`
+    /// ([`Histogram::to_value`]). [`to_prometheus`](Metrics::to_prometheus) writes them for
+    /// Prometheus.
     pub fn to_value(&self) -> homa_core::Map {
         let mut v = homa_core::Map::new();
         v.insert("core", self.core.to_value());
@@ -74,6 +81,8 @@ impl Metrics {
         ] {
             v.insert(name, n);
         }
+        v.insert("calls", self.calls.to_value());
+        v.insert("served", self.served.to_value());
         v
     }
 }

@@ -8,6 +8,8 @@
 
 mod builder;
 mod call;
+mod exposition;
+mod histogram;
 mod message;
 mod metrics;
 mod path;
@@ -28,6 +30,7 @@ use crate::transport::TransportKind;
 
 pub use builder::Builder;
 pub use call::Call;
+pub use histogram::Histogram;
 pub use message::Message;
 pub use metrics::Metrics;
 pub use poller::Poller;
@@ -398,6 +401,8 @@ impl Socket {
             late_timers: inner.counters.late_timers,
             bytes_in_place: inner.counters.bytes_in_place,
             lent_bytes: inner.lent.load(std::sync::atomic::Ordering::Relaxed),
+            calls: inner.latency.calls.clone(),
+            served: inner.latency.served.clone(),
         })
     }
 

@@ -12,6 +12,7 @@ use homa_core::{Payload, ServerRpc};
 use crate::driver::{Incoming, Shared};
 use crate::error::Result;
 use crate::socket::Message;
+use homa_core::time::Nanos;
 
 /// A future of the next request ([`Socket::recv_request_async`]).
 ///
@@ -43,6 +44,8 @@ pub struct Request {
     rpc: ServerRpc,
     peer: SocketAddr,
     message: Message,
+    /// When it arrived (driver time).
+    arrived: Nanos,
     answered: bool,
 }
 
@@ -53,7 +56,14 @@ impl Request {
         if ip {
             peer.set_port(r.client_port);
         }
-        Request { shared, rpc: r.rpc, peer, message: r.message, answered: false }
+        Request {
+            shared,
+            rpc: r.rpc,
+            peer,
+            message: r.message,
+            arrived: r.arrived,
+            answered: false,
+        }
     }
 
     /// The request's bytes.
@@ -85,10 +95,10 @@ impl Request {
     /// [`Error::Shutdown`]: crate::Error::Shutdown
     pub fn reply(mut self, message: impl Into<Payload>) -> Result<()> {
         let message = message.into();
-        let rpc = self.rpc;
+        let (rpc, arrived) = (self.rpc, self.arrived);
         self.answered = true;
         self.shared.with(|inner, now| {
-            let sent = inner.reply(now, rpc, message);
+            let sent = inner.reply(now, rpc, arrived, message);
             inner.settle(false);
             sent
         })
