@@ -17,7 +17,7 @@
 //! homa-io's threads never take the GIL, so they can never deadlock with a Python thread
 //! waiting for the endpoint lock.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -311,6 +311,28 @@ impl Socket {
             None => lock(&self.last_metrics).clone().unwrap_or_default(),
         };
         convert::map_to_py(py, &m.to_value()).map(Bound::into_any)
+    }
+
+    /// Every counter, gauge and latency histogram of :meth:`metrics` in Prometheus' text
+    /// exposition format, each sample labelled ``socket="<local address>"`` and with
+    /// ``labels`` (which may name ``socket`` otherwise). ``homa.prometheus`` hands it to
+    /// ``prometheus_client``. A label name Prometheus does not allow raises ``ValueError``.
+    #[pyo3(signature = (labels = None))]
+    fn metrics_text(&self, labels: Option<BTreeMap<String, String>>) -> PyResult<String> {
+        let mut labels = labels.unwrap_or_default();
+        if let Some(bad) = labels.keys().find(|k| !homa_io::is_label_name(k)) {
+            return Err(PyValueError::new_err(format!(
+                "{bad:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __...)"
+            )));
+        }
+        labels.entry("socket".into()).or_insert_with(|| self.local.to_string());
+        let live = lock(&self.inner).clone();
+        let m = match &live {
+            Some(s) => s.metrics(),
+            None => lock(&self.last_metrics).clone().unwrap_or_default(),
+        };
+        let all: Vec<_> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Ok(m.to_prometheus(&all))
     }
 
     /// Closes the socket: pending calls fail with ``ShutdownError``, blocked receivers

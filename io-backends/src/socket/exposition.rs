@@ -15,8 +15,8 @@ impl Metrics {
     /// The metrics in Prometheus' text exposition format (version 0.0.4): counters end in
     /// `_total`, units are in the names (`_bytes`, `_seconds`), the help text is what these
     /// fields' docs say. Every sample carries `labels` (e.g. `[("socket", "server")]`)
-    /// besides its own (`type`, `reason`, ...). Label values are escaped as the format
-    /// asks.
+    /// besides its own (`type`, `reason`, ...); their names must satisfy
+    /// [`is_label_name`]. Label values are escaped as the format asks.
     pub fn to_prometheus(&self, labels: &[(&str, &str)]) -> String {
         let mut out = Exposition::new(labels);
         let Metrics {
@@ -338,6 +338,15 @@ impl Exposition {
         self.sample(&format!("{name}_sum"), None, h.sum_seconds());
         self.sample(&format!("{name}_count"), None, h.count());
     }
+}
+
+/// Whether `name` may name a label: `[a-zA-Z_][a-zA-Z0-9_]*`, not beginning with `__`
+/// (reserved for Prometheus' own use).
+pub fn is_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with("__")
 }
 
 /// A label value as the format writes it: backslash, double quote and newline escaped.

@@ -325,6 +325,10 @@ class AsyncSocket:
         """Counters (see :meth:`homa.Socket.metrics`)."""
         return self._native.metrics()
 
+    def metrics_text(self, labels: dict[str, str] | None = None) -> str:
+        """The metrics in Prometheus' text format (see :meth:`homa.Socket.metrics_text`)."""
+        return self._native.metrics_text(labels)
+
     def close(self) -> None:
         """Closes the socket: pending calls fail with :class:`homa.ShutdownError`, the
         request iterators end. Idempotent; call it from the socket's loop."""
