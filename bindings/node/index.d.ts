@@ -79,8 +79,11 @@ export class Socket {
   requests(): AsyncGenerator<Request, void, undefined>;
   /** Runs `handler` for each request until the socket is closed. */
   serve(handler: (req: Request) => Bytes | Promise<Bytes>, options?: ServeOptions): Promise<void>;
-  /** Counters, as plain data. */
+  /** Counters, as plain data, with the latency histograms `calls` and `served`. */
   metrics(): Record<string, any>;
+  /** The metrics in Prometheus' text format (for prom-client users), every sample labelled
+   * `socket="<local address>"` and with `labels`. */
+  metricsText(labels?: Record<string, string>): string;
   /** Fails pending calls (ESHUTDOWN) and ends `requests()`. */
   close(): void;
   [Symbol.asyncDispose](): Promise<void>;

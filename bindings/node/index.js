@@ -364,9 +364,15 @@ class Socket {
     }
   }
 
-  /** Counters: the endpoint's (`core`), the transport's, the driver's. */
+  /** Counters: the endpoint's (`core`), the transport's, the driver's; latency histograms
+   * (`calls`, `served`). */
   metrics() {
     return native_(() => this._inner.metrics());
+  }
+
+  /** The metrics in Prometheus' text format, labelled `socket="<address>"` and `labels`. */
+  metricsText(labels) {
+    return native_(() => this._inner.metricsText(labels));
   }
 
   /** Closes the socket: pending calls fail with ESHUTDOWN, `requests()` ends. Idempotent. */

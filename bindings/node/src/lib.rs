@@ -14,6 +14,7 @@ mod endpoint;
 mod reactor;
 mod value;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -215,6 +216,21 @@ impl NativeSocket {
     pub fn metrics<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
         let counters = self.reactor.borrow().socket()?.metrics().to_value();
         to_js(env, &Value::from(counters))
+    }
+
+    /// The metrics in Prometheus' text exposition format, each sample labelled
+    /// `socket="<local address>"` and with `labels` (which may name `socket` otherwise).
+    #[napi]
+    pub fn metrics_text(&self, labels: Option<BTreeMap<String, String>>) -> Result<String> {
+        let mut labels = labels.unwrap_or_default();
+        if let Some(bad) = labels.keys().find(|k| !homa_io::is_label_name(k)) {
+            let why = "is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __...)";
+            return Err(failure("TypeError", format!("{bad:?} {why}")));
+        }
+        labels.entry("socket".into()).or_insert_with(|| self.local.to_string());
+        let metrics = self.reactor.borrow().socket()?.metrics();
+        let all: Vec<_> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Ok(metrics.to_prometheus(&all))
     }
 
     /// Warnings homa-io logged since the last call (e.g. a peer sending too long
