@@ -23,7 +23,7 @@ use crate::server::net_error;
 mod rtt;
 mod throughput;
 mod uring;
-mod veth;
+pub(crate) mod veth;
 
 /// Benchmark Homa against plain UDP and TCP over loopback (no setup needed).
 #[derive(Debug, clap::Args)]

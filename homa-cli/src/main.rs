@@ -24,6 +24,7 @@ mod output;
 mod pcap;
 mod server;
 mod sim;
+mod soak;
 mod stats;
 
 /// Decode and encode Homa packets, byte for byte as the Linux kernel module sends them,
@@ -44,6 +45,7 @@ Examples:
   homa bench rtt
   homa bench throughput
   sudo homa incast
+  sudo homa soak
 
 Exit status: 0 on success; 1 on a runtime failure (a call failed, a socket or file could\nnot be used); 2 for bad input or usage."
 )]
@@ -61,13 +63,18 @@ enum Command {
     Client(client::Args),
     Bench(bench::Args),
     Incast(incast::Args),
+    Soak(soak::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(
         cli.command,
-        Command::Server(_) | Command::Client(_) | Command::Bench(_) | Command::Incast(_)
+        Command::Server(_)
+            | Command::Client(_)
+            | Command::Bench(_)
+            | Command::Incast(_)
+            | Command::Soak(_)
     ) {
         // Reuse freed message buffers instead of faulting fresh pages in for each message.
         if !homa_io::retain_freed_buffers() {
@@ -82,6 +89,7 @@ fn main() -> ExitCode {
         Command::Client(args) => client::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Incast(args) => incast::run(&args),
+        Command::Soak(args) => soak::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

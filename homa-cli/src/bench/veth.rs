@@ -10,17 +10,17 @@ use crate::netns::{self, Teardown, sh};
 
 /// One link: its namespaces, the ends' addresses, its MTU.
 #[derive(Debug)]
-pub(super) struct Veth {
-    pub(super) server_ns: String,
-    pub(super) client_ns: String,
-    pub(super) server_ip: IpAddr,
-    pub(super) client_ip: IpAddr,
-    pub(super) mtu: u32,
+pub(crate) struct Veth {
+    pub(crate) server_ns: String,
+    pub(crate) client_ns: String,
+    pub(crate) server_ip: IpAddr,
+    pub(crate) client_ip: IpAddr,
+    pub(crate) mtu: u32,
 }
 
 impl Veth {
     /// Creates link `k` (1..=254, unique in this process) with `mtu`; `teardown` removes it.
-    pub(super) fn create(teardown: &Teardown, k: u8, mtu: u32) -> Result<Veth, Error> {
+    pub(crate) fn create(teardown: &Teardown, k: u8, mtu: u32) -> Result<Veth, Error> {
         let id = format!("hb{}", std::process::id() % 100_000);
         let (server_ns, client_ns) = (format!("{id}s{k}"), format!("{id}c{k}"));
         for ns in [&server_ns, &client_ns] {
@@ -46,7 +46,7 @@ impl Veth {
     }
 
     /// Runs `f` in the server's namespace (sockets it opens live there).
-    pub(super) fn at_server<T: Send>(
+    pub(crate) fn at_server<T: Send>(
         &self,
         f: impl FnOnce() -> Result<T, Error> + Send,
     ) -> Result<T, Error> {
@@ -54,7 +54,7 @@ impl Veth {
     }
 
     /// Runs `f` in the client's namespace.
-    pub(super) fn at_client<T: Send>(
+    pub(crate) fn at_client<T: Send>(
         &self,
         f: impl FnOnce() -> Result<T, Error> + Send,
     ) -> Result<T, Error> {
