@@ -17,9 +17,6 @@ use crate::transport::{Batch, Unreachable};
 const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes in one UDP GSO send (a UDP datagram holds at most 65,507).
 const GSO_MAX_BYTES: usize = 65_000;
-/// GSO runs of shorter segments are gathered into one buffer; longer ones go as two iovecs
-/// a segment, straight from the message (at MTU 9000 the copy costs more than the iovecs).
-const GATHER_BELOW: usize = 4096;
 
 /// Sends `batch` with `sendmmsg` and clears it; a datagram sent alone is its slot's bytes
 /// and its tail (two iovecs). With `gso`, runs of equal-sized datagrams to one peer at one
@@ -126,12 +123,11 @@ fn send_some(
             break;
         }
         let first_iov = v;
-        if count > 1 && segment < GATHER_BELOW {
-            // A GSO run of small segments goes as one buffer, copied here: the kernel copies
-            // one buffer for less than two iovecs a segment (header, payload) cost it, by
-            // more than this copy costs (homa bench throughput at MTU 1500: 8-10 % less CPU
-            // per byte). Its iovec is set once the stage is complete: the stage may move as
-            // it grows.
+        if count > 1 {
+            // A GSO run goes as one buffer, copied here: the kernel copies one buffer for
+            // less than two iovecs a segment (header, payload) cost it, by more than this
+            // copy costs (homa bench throughput at MTU 1500: 8-10 % less CPU per byte).
+            // Its iovec is set once the stage is complete: the stage may move as it grows.
             let start = s.stage.len();
             for j in k..k + count {
                 s.stage.extend_from_slice(batch.get(j).1);
@@ -142,13 +138,11 @@ fn send_some(
             s.staged.push((v, start..s.stage.len()));
             v += 1;
         } else {
-            for j in k..k + count {
-                s.iovs[v] = iovec(batch.get(j).1);
+            s.iovs[v] = iovec(batch.get(k).1);
+            v += 1;
+            if let Some(tail) = batch.tail(k) {
+                s.iovs[v] = iovec(tail.as_slice());
                 v += 1;
-                if let Some(tail) = batch.tail(j) {
-                    s.iovs[v] = iovec(tail.as_slice());
-                    v += 1;
-                }
             }
         }
         let (d, _) = batch.get(k);
