@@ -133,9 +133,9 @@ fn serve_metrics(addr: SocketAddr, socket: Arc<Socket>) -> Result<SocketAddr, Er
     std::thread::Builder::new()
         .name("homa-metrics".into())
         .spawn(move || {
+            let metrics = || socket.metrics().to_prometheus(&[("socket", &label)]);
             for conn in listener.incoming().flatten() {
-                let body = socket.metrics().to_prometheus(&[("socket", &label)]);
-                if let Err(e) = answer_scrape(conn, &body) {
+                if let Err(e) = answer_scrape(conn, metrics) {
                     tracing::debug!("metrics request: {e}");
                 }
             }
@@ -144,10 +144,11 @@ fn serve_metrics(addr: SocketAddr, socket: Arc<Socket>) -> Result<SocketAddr, Er
     Ok(bound)
 }
 
-/// Reads one HTTP request (its head, at most 8 KiB, for at most a second) and answers it:
-/// `body` for `GET /metrics`, 404 for any other path.
-fn answer_scrape(mut conn: TcpStream, body: &str) -> std::io::Result<()> {
+/// Reads one HTTP request (its head, at most 8 KiB, for at most a second) and answers it
+/// (within a second too): `metrics()` for `GET /metrics`, 404 for any other path.
+fn answer_scrape(mut conn: TcpStream, metrics: impl Fn() -> String) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(1)))?;
     let mut head = Vec::new();
     let mut buf = [0; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
@@ -158,9 +159,9 @@ fn answer_scrape(mut conn: TcpStream, body: &str) -> std::io::Result<()> {
     }
     let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
     let (status, kind, body) = if line.starts_with(b"GET /metrics ") {
-        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
+        ("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics())
     } else {
-        ("404 Not Found", "text/plain; charset=utf-8", "only /metrics is served here\n")
+        ("404 Not Found", "text/plain; charset=utf-8", "only /metrics is served here\n".into())
     };
     write!(
         conn,

@@ -191,8 +191,7 @@ fn soak(args: &Args, workload: &Workload, teardown: &Teardown) -> Result<(), Err
     }
     let loss_drops: Vec<u64> =
         [&veth.server_ns, &veth.client_ns].iter().map(|ns| drops(ns)).collect::<Result<_, _>>()?;
-    let mut verdict = judge(&samples, args.warmup, end.failed + unfinished);
-    verdict.max_growth = args.max_growth / 100.0;
+    let verdict = judge(&samples, args.warmup, args.max_growth / 100.0, end.failed + unfinished);
     let _ = writeln!(
         out,
         "{} calls completed, {} failed, {unfinished} unfinished; {} packets dropped by the \
@@ -382,19 +381,20 @@ impl Verdict {
     }
 }
 
-fn judge(samples: &[Sample], warmup: f64, failures: u64) -> Verdict {
+fn judge(samples: &[Sample], warmup: f64, max_growth: f64, failures: u64) -> Verdict {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.at >= warmup).collect();
     let Some(first) = after.first().filter(|_| after.len() >= 2) else {
-        return Verdict { failures, growth: 0.0, grew: false, unjudged: true, max_growth: 0.0 };
+        return Verdict { failures, growth: 0.0, grew: false, unjudged: true, max_growth };
     };
     let mean = |s: &[&Sample]| s.iter().map(|s| s.heap as f64).sum::<f64>() / s.len() as f64;
     let (early, late) = after.split_at(after.len() / 2);
-    let growth = if early.is_empty() { 0.0 } else { mean(late) / mean(early).max(1.0) - 1.0 };
+    let growth = mean(late) / mean(early).max(1.0) - 1.0;
     let grew = after.iter().any(|s| s.fds > first.fds || s.threads > first.threads);
-    Verdict { failures, growth, grew, unjudged: false, max_growth: 0.0 }
+    Verdict { failures, growth, grew, unjudged: false, max_growth }
 }
 
-/// Drops `percent` % of the Homa packets arriving in namespace `ns`, with a counter.
+/// Drops `percent` % of the UDP packets (Homa's, here) arriving in namespace `ns`, with a
+/// counter.
 fn set_loss(ns: &str, percent: u32) -> Result<(), Error> {
     let rules = format!(
         "table inet homasoak {{\n  chain pre {{\n    \

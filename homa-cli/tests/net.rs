@@ -367,8 +367,6 @@ fn bench_throughput_across_veth_pairs() {
     }
 }
 
-/// Out-of-range arguments are input errors (exit 2). Review finding: time arguments too long
-/// to add to a clock panicked (exit 101).
 /// The short soak: 20 s of W4 with 200 calls in flight under 1 % loss between two network
 /// namespaces; every call completes, memory, descriptors and threads stay steady after the
 /// warm-up. (`sudo homa soak` runs it for 30 minutes with 1,000 in flight.)
@@ -382,7 +380,7 @@ fn a_short_soak_loses_no_call_and_grows_nothing() {
     let path = dir.path().join("soak.json");
     let p = path.to_str().unwrap();
     // In 20 s the heap's swings with the sizes in flight are not averaged out as in 30
-    // minutes: a growth of 20 % is allowed (a leak of a kilobyte a call is some 50 %).
+    // minutes: a growth of 30 % is allowed (a leak of a kilobyte a call is some 50 %).
     let args = [
         "soak",
         "--duration",
@@ -394,7 +392,7 @@ fn a_short_soak_loses_no_call_and_grows_nothing() {
         "--in-flight",
         "200",
         "--max-growth",
-        "20",
+        "30",
     ];
     let report = run_json(&[&args[..], &["--json", p]].concat(), &path);
     assert_eq!(report["passed"], true, "{report}");
@@ -405,6 +403,8 @@ fn a_short_soak_loses_no_call_and_grows_nothing() {
     assert!(report["samples"].as_array().unwrap().len() >= 15, "{report}");
 }
 
+/// Out-of-range arguments are input errors (exit 2). Review finding: time arguments too long
+/// to add to a clock panicked (exit 101).
 #[test]
 fn out_of_range_arguments_are_input_errors() {
     for (args, says) in [

@@ -499,7 +499,9 @@ impl Endpoint {
     /// holds (an I/O layer that lends its buffers counts them). They count against
     /// `max_rx_bytes` with the messages being reassembled: while they fill it, new messages
     /// wait. Their senders hear BUSY (a request) or are asked again later (a response), as
-    /// from a busy host, and the calls finish late rather than fail.
+    /// from a busy host, and the calls finish late rather than fail. (A response refused
+    /// longer than its server's `ack_timeout_ticks` is asked for from the start: the
+    /// request runs again.)
     pub fn set_lent_bytes(&mut self, bytes: u64) {
         self.lent_bytes = bytes;
     }

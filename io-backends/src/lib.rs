@@ -58,7 +58,7 @@ pub use homa_core::{ApiError, Config, Payload, Phase, Progress, RpcInfo};
 pub use malloc::retain_freed_buffers;
 pub use reactor::Reactor;
 pub use socket::{
-    Builder, Call, Histogram, Message, Metrics, Poller, RecvRequest, Request, Socket, is_label_name,
+    Builder, Call, Histogram, Message, Metrics, Poller, RecvRequest, Request, Socket, socket_labels,
 };
 pub use transport::{Transport, TransportKind, TransportStats};
 

@@ -53,6 +53,7 @@ fn the_exposition_counts_known_traffic() {
         .map(|(_, v)| *v)
         .collect();
     assert_eq!(buckets.len(), 30);
+    assert!(text.contains(",le=\"0.0001\"} ") && text.contains(",le=\"0.000001778\"} "));
     // Every family is well named, typed, and has samples; counters end in _total.
     let families: BTreeSet<&str> = samples
         .keys()
@@ -69,6 +70,18 @@ fn the_exposition_counts_known_traffic() {
         assert!(text.contains(&format!("# HELP {name} ")), "{name} has no help");
     }
     assert_eq!(types.len(), 47, "families");
+
+    // Labels: a socket label by default, or the caller's; none that clashes.
+    let local = client.local_addr();
+    let own = |l: &[(&str, &str)]| {
+        homa_io::socket_labels(local, l.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    };
+    let socket = ("socket".to_string(), local.to_string());
+    assert_eq!(own(&[("job", "x")]).unwrap(), [socket, ("job".into(), "x".into())]);
+    assert_eq!(own(&[("socket", "s")]).unwrap(), [("socket".to_string(), "s".to_string())]);
+    for bad in ["le", "type", "bad-name", "__x", ""] {
+        assert!(own(&[(bad, "x")]).is_err(), "{bad:?} accepted");
+    }
 
     // The server's histogram of served requests.
     let served = server.metrics().served;

@@ -222,12 +222,8 @@ impl NativeSocket {
     /// `socket="<local address>"` and with `labels` (which may name `socket` otherwise).
     #[napi]
     pub fn metrics_text(&self, labels: Option<BTreeMap<String, String>>) -> Result<String> {
-        let mut labels = labels.unwrap_or_default();
-        if let Some(bad) = labels.keys().find(|k| !homa_io::is_label_name(k)) {
-            let why = "is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __...)";
-            return Err(failure("TypeError", format!("{bad:?} {why}")));
-        }
-        labels.entry("socket".into()).or_insert_with(|| self.local.to_string());
+        let labels = homa_io::socket_labels(self.local, labels.unwrap_or_default())
+            .map_err(|e| failure("TypeError", e))?;
         let metrics = self.reactor.borrow().socket()?.metrics();
         let all: Vec<_> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         Ok(metrics.to_prometheus(&all))

@@ -508,8 +508,8 @@ const COPY_BELOW: usize = 16 * 1024;
 /// keeps the message lent until the garbage collector frees the Buffer, see
 /// `homa_io::Message`), or for short messages a copy (see [`COPY_BELOW`]).
 pub(crate) fn buffer(env: sys::napi_env, m: homa_io::Message) -> Result<sys::napi_value> {
-    let mut value = ptr::null_mut();
     if m.len() >= COPY_BELOW {
+        let mut value = ptr::null_mut();
         let len = m.len();
         let owner = Box::into_raw(Box::new(m));
         // SAFETY: `owner` is a live, leaked box; the bytes it points to stay put until the
@@ -525,15 +525,24 @@ pub(crate) fn buffer(env: sys::napi_env, m: homa_io::Message) -> Result<sys::nap
                 &mut value,
             )
         };
-        if status != sys::Status::napi_ok {
-            // SAFETY: napi took no ownership: the box is still ours alone.
-            drop(unsafe { Box::from_raw(owner) });
+        if status == sys::Status::napi_ok {
+            return Ok(value);
         }
-        check(status, "napi_create_external_buffer")?;
-        return Ok(value);
+        // SAFETY: napi took no ownership: the box is still ours alone.
+        let m = *unsafe { Box::from_raw(owner) };
+        // Runtimes that allow no external buffers (Electron) get a copy.
+        if status != sys::Status::napi_no_external_buffers_allowed {
+            check(status, "napi_create_external_buffer")?;
+        }
+        return copy(env, &m);
     }
-    let mut data = ptr::null_mut();
-    // SAFETY: on the JavaScript thread; copies m.len() bytes from a live message.
+    copy(env, &m)
+}
+
+/// `m` copied into a new Buffer.
+fn copy(env: sys::napi_env, m: &[u8]) -> Result<sys::napi_value> {
+    let (mut data, mut value) = (ptr::null_mut(), ptr::null_mut());
+    // SAFETY: on the JavaScript thread; copies m.len() bytes from a live slice.
     let status = unsafe {
         sys::napi_create_buffer_copy(env, m.len(), m.as_ptr().cast(), &mut data, &mut value)
     };

@@ -40,7 +40,7 @@ const collect = async () => { global.gc(); await new Promise(setImmediate); glob
 `;
 
 test('held messages are lent: they bound what new ones may take', () => {
-  const port = String(23000 + (process.pid % 5000));
+  const port = String(28000 + (process.pid % 2000));
   const out = execFileSync(process.execPath, ['--expose-gc', '-e', script, path.join(__dirname, '..'), port], {
     encoding: 'utf8',
     timeout: 60_000,

@@ -316,16 +316,13 @@ impl Socket {
     /// Every counter, gauge and latency histogram of :meth:`metrics` in Prometheus' text
     /// exposition format, each sample labelled ``socket="<local address>"`` and with
     /// ``labels`` (which may name ``socket`` otherwise). ``homa.prometheus`` hands it to
-    /// ``prometheus_client``. A label name Prometheus does not allow raises ``ValueError``.
+    /// ``prometheus_client``. A label name Prometheus does not allow, or one the samples
+    /// carry themselves (``type``, ``reason``, ``kind``, ``side``, ``le``), raises
+    /// ``ValueError``.
     #[pyo3(signature = (labels = None))]
     fn metrics_text(&self, labels: Option<BTreeMap<String, String>>) -> PyResult<String> {
-        let mut labels = labels.unwrap_or_default();
-        if let Some(bad) = labels.keys().find(|k| !homa_io::is_label_name(k)) {
-            return Err(PyValueError::new_err(format!(
-                "{bad:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __...)"
-            )));
-        }
-        labels.entry("socket".into()).or_insert_with(|| self.local.to_string());
+        let labels = homa_io::socket_labels(self.local, labels.unwrap_or_default())
+            .map_err(PyValueError::new_err)?;
         let live = lock(&self.inner).clone();
         let m = match &live {
             Some(s) => s.metrics(),

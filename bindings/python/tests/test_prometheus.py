@@ -55,6 +55,8 @@ def test_the_exposition_parses_and_counts_known_traffic(port: int) -> None:
         assert server.metrics()["served"]["count"] == 7
         with pytest.raises(ValueError, match="label name"):
             client.metrics_text({"bad-name": "x"})
+        with pytest.raises(ValueError, match="homa's own samples"):
+            client.metrics_text({"le": "x"})
 
 
 def test_registered_sockets_share_one_family_per_metric(port: int) -> None:

@@ -17,6 +17,9 @@ pub(super) const RX_ROUNDS: usize = 64;
 /// Datagrams from this long are received in place when they can be (`Intake::placing`):
 /// the payload copy saved then outweighs the extra system call that looks at the header.
 const PLACE_MIN: usize = 16 * 1024;
+/// Runs of packets from this size are received in place (smaller ones are not bulk data:
+/// many short messages, each its own).
+const RUN_SEGMENT_MIN: usize = 1024;
 
 /// Receive buffers and how datagrams are taken.
 #[derive(Debug)]
@@ -132,12 +135,17 @@ impl Inner {
         let Some(p) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
             return false;
         };
-        let packets = p.len.div_ceil(p.segment);
-        let last = p.len - (packets - 1) * p.segment;
-        if p.len < PLACE_MIN || !self.allowed(p.from) || last <= H || packets > MAX_RUN {
+        let segment = if p.segment == 0 { p.len } else { p.segment };
+        let packets = p.len.div_ceil(segment);
+        let last = p.len - (packets - 1) * segment;
+        let placeable = p.len >= PLACE_MIN
+            && (packets == 1 || segment >= RUN_SEGMENT_MIN)
+            && last > H
+            && packets <= MAX_RUN;
+        if !placeable || !self.allowed(p.from) {
             return false;
         }
-        let step = p.segment - H;
+        let step = segment - H;
         let payload_len = p.len - packets * H;
         let first = data::Packet::new_unchecked(&head[..]).offset();
         let mut heads = mem::take(&mut self.intake.heads);
@@ -153,7 +161,7 @@ impl Inner {
             packets as u32,
             |message| {
                 let before = message.len();
-                match transport.recv_split(&mut heads, H, p.segment, message, payload_len) {
+                match transport.recv_split(&mut heads, H, segment, message, payload_len) {
                     Ok(Some(from)) if from == p.from && heads[..H] == head => {}
                     // Another datagram than the one peeked at: never seen (receives are
                     // serialized). What it appended is past the message's bytes, and goes.
@@ -184,7 +192,7 @@ impl Inner {
         );
         self.counters.bytes_in_place += in_place;
         if !unplaced.is_empty() {
-            for packet in unplaced.chunks(p.segment) {
+            for packet in unplaced.chunks(segment) {
                 let _ = self.endpoint.handle_packet(Instant::from_nanos(now), p.from, packet);
             }
             unplaced.clear();
@@ -206,7 +214,9 @@ impl Inner {
         self.endpoint.set_lent_bytes(self.lent.load(Ordering::Relaxed));
         if !rx.is_empty() {
             // (Not for what GRO coalesced of small packets.)
-            let bulk = |d: Datagram| d.len >= PLACE_MIN && (d.segment == 0 || d.segment >= 1024);
+            let bulk = |d: Datagram| {
+                d.len >= PLACE_MIN && (d.segment == 0 || d.segment >= RUN_SEGMENT_MIN)
+            };
             self.intake.placing = (0..rx.len()).map(|i| rx.get(i).0).any(bulk)
                 && self.transport.as_ref().is_some_and(|t| t.receives_in_place());
         }

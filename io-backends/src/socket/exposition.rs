@@ -5,6 +5,7 @@
 //! endpoint's or the transport's) does not compile until it is exported here too.
 
 use std::fmt::{Display, Write};
+use std::net::SocketAddr;
 
 use homa_core::wire::PacketType;
 
@@ -15,8 +16,8 @@ impl Metrics {
     /// The metrics in Prometheus' text exposition format (version 0.0.4): counters end in
     /// `_total`, units are in the names (`_bytes`, `_seconds`), the help text is what these
     /// fields' docs say. Every sample carries `labels` (e.g. `[("socket", "server")]`)
-    /// besides its own (`type`, `reason`, ...); their names must satisfy
-    /// [`is_label_name`]. Label values are escaped as the format asks.
+    /// besides its own (`type`, `reason`, ...); [`socket_labels`] checks and completes
+    /// them. Label values are escaped as the format asks.
     pub fn to_prometheus(&self, labels: &[(&str, &str)]) -> String {
         let mut out = Exposition::new(labels);
         let Metrics {
@@ -332,7 +333,8 @@ impl Exposition {
         let bucket = format!("{name}_bucket");
         for (le, n) in Histogram::bounds().zip(h.buckets()) {
             cumulative += n;
-            self.sample(&bucket, Some(("le", &format!("{le:e}"))), cumulative);
+            // Display writes the shortest decimal that reads back: "0.000001778", "10".
+            self.sample(&bucket, Some(("le", &format!("{le}"))), cumulative);
         }
         self.sample(&bucket, Some(("le", "+Inf")), h.count());
         self.sample(&format!("{name}_sum"), None, h.sum_seconds());
@@ -340,13 +342,38 @@ impl Exposition {
     }
 }
 
-/// Whether `name` may name a label: `[a-zA-Z_][a-zA-Z0-9_]*`, not beginning with `__`
-/// (reserved for Prometheus' own use).
-pub fn is_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !name.starts_with("__")
+/// Labels the samples carry themselves.
+const OWN_LABELS: [&str; 5] = ["type", "reason", "kind", "side", "le"];
+
+/// The labels of a socket's samples, for the bindings: `socket="<local>"` unless `labels`
+/// name `socket` themselves, and `labels`. An error says which name may not label a
+/// sample: one Prometheus does not allow (`[a-zA-Z_][a-zA-Z0-9_]*`, not `__...`), or one
+/// the samples carry already.
+pub fn socket_labels(
+    local: SocketAddr,
+    labels: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut all: Vec<(String, String)> = Vec::new();
+    for (name, value) in labels {
+        let mut chars = name.chars();
+        let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with("__");
+        if !valid {
+            return Err(format!(
+                "{name:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not __...)"
+            ));
+        }
+        if OWN_LABELS.contains(&name.as_str()) {
+            return Err(format!("{name:?} labels homa's own samples; choose another name"));
+        }
+        all.retain(|(n, _)| *n != name);
+        all.push((name, value));
+    }
+    if !all.iter().any(|(n, _)| n == "socket") {
+        all.insert(0, ("socket".into(), local.to_string()));
+    }
+    Ok(all)
 }
 
 /// A label value as the format writes it: backslash, double quote and newline escaped.

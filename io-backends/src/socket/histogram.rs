@@ -1,17 +1,47 @@
 //! [`Histogram`]: latencies in fixed, log-spaced buckets.
 
-/// Buckets per decade: bounds at 1, 1.78, 3.16 and 5.62 times each power of ten.
-const PER_DECADE: usize = 4;
-/// Bucket bounds from 1 µs to 10 s: seven decades, both ends included.
-const BOUNDS: usize = 7 * PER_DECADE + 1;
+/// Bucket upper bounds in nanoseconds, from 1 µs to 10 s: four a decade (1, 1.78, 3.16
+/// and 5.62 times each power of ten, rounded), so that quantiles read within 78 %.
+const BOUNDS_NS: [u64; 29] = [
+    1_000,
+    1_778,
+    3_162,
+    5_623,
+    10_000,
+    17_780,
+    31_620,
+    56_230,
+    100_000,
+    177_800,
+    316_200,
+    562_300,
+    1_000_000,
+    1_778_000,
+    3_162_000,
+    5_623_000,
+    10_000_000,
+    17_780_000,
+    31_620_000,
+    56_230_000,
+    100_000_000,
+    177_800_000,
+    316_200_000,
+    562_300_000,
+    1_000_000_000,
+    1_778_000_000,
+    3_162_000_000,
+    5_623_000_000,
+    10_000_000_000,
+];
+const BOUNDS: usize = BOUNDS_NS.len();
 
 /// A latency histogram: counts of durations in buckets whose upper bounds are log-spaced
 /// from 1 µs to 10 s (four a decade), and one for longer ones; their count and sum.
-/// Recording a sample takes no allocation (a fixed array; the bucket is found from the
-/// exponent of the duration).
+/// Recording a sample takes no allocation: a fixed array, and a binary search of the
+/// bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Histogram {
-    /// `buckets[i]`: samples at most `bound(i)` and above the bound before (the last:
+    /// `buckets[i]`: samples at most `BOUNDS_NS[i]` and above the bound before (the last:
     /// above 10 s).
     buckets: [u64; BOUNDS + 1],
     count: u64,
@@ -27,12 +57,12 @@ impl Default for Histogram {
 impl Histogram {
     /// The upper bounds of the buckets, in seconds (the last bucket, above them, has none).
     pub fn bounds() -> impl Iterator<Item = f64> {
-        (0..BOUNDS).map(bound)
+        BOUNDS_NS.iter().map(|&ns| ns as f64 / 1e9)
     }
 
     /// Counts a duration of `ns` nanoseconds.
     pub fn record(&mut self, ns: u64) {
-        let i = (0..BOUNDS).find(|&i| ns as f64 <= bound(i) * 1e9).unwrap_or(BOUNDS);
+        let i = BOUNDS_NS.partition_point(|&b| b < ns);
         self.buckets[i] += 1;
         self.count += 1;
         self.sum_ns = self.sum_ns.saturating_add(ns);
@@ -67,7 +97,7 @@ impl Histogram {
     }
 
     /// The bound of the bucket that holds the `q` quantile (0 < `q` <= 1), in seconds: an
-    /// upper estimate, within a bucket's width (78 %). `None` without samples, or
+    /// upper estimate, within a bucket's width (at most 78 %). `None` without samples, or
     /// when it lies above the last bound.
     pub fn quantile(&self, q: f64) -> Option<f64> {
         let rank = (q.clamp(0.0, 1.0) * self.count as f64).ceil().max(1.0) as u64;
@@ -75,16 +105,11 @@ impl Histogram {
         for (i, &n) in self.buckets.iter().enumerate().take(BOUNDS) {
             seen += n;
             if seen >= rank && self.count > 0 {
-                return Some(bound(i));
+                return Some(BOUNDS_NS[i] as f64 / 1e9);
             }
         }
         None
     }
-}
-
-/// The upper bound of bucket `i`, in seconds: 1 µs times 10^(i/4).
-fn bound(i: usize) -> f64 {
-    1e-6 * 10f64.powf(i as f64 / PER_DECADE as f64)
 }
 
 #[cfg(test)]
@@ -111,5 +136,11 @@ mod tests {
         assert_eq!(h.quantile(0.8), Some(bounds[i]));
         assert_eq!(h.quantile(1.0), None, "the slowest is above the last bound");
         assert_eq!(Histogram::default().quantile(0.5), None);
+        // A bound itself falls in its bucket: exactly 100 µs and 100 ms.
+        let mut h = Histogram::default();
+        h.record(100_000);
+        h.record(100_000_000);
+        assert_eq!((h.buckets()[8], h.buckets()[20]), (1, 1));
+        assert_eq!((bounds[8], bounds[20]), (1e-4, 0.1));
     }
 }

@@ -30,7 +30,7 @@ use crate::transport::TransportKind;
 
 pub use builder::Builder;
 pub use call::Call;
-pub use exposition::is_label_name;
+pub use exposition::socket_labels;
 pub use histogram::Histogram;
 pub use message::Message;
 pub use metrics::Metrics;

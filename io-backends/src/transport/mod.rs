@@ -276,8 +276,8 @@ pub struct Peeked {
     pub from: SocketAddr,
     /// Its whole length.
     pub len: usize,
-    /// Bytes per packet when it holds a run of them (GRO), the last possibly shorter;
-    /// `len` when it is one packet.
+    /// Bytes per packet when it holds a run of them (GRO), the last possibly shorter; 0
+    /// when it is one packet (as in [`Datagram`]).
     pub segment: usize,
 }
 

@@ -10,8 +10,8 @@
 
 Every registered socket is scraped through :meth:`homa.Socket.metrics_text` (the text homa-io
 writes, so every binding exports the same names) and its samples carry the label
-``socket="<local address>"``. A closed socket is dropped at the next scrape, after its last
-counters were exported once more.
+``socket="<local address>"``. The collector holds each socket until it is closed; then its
+last counters are exported once more and it is dropped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["HomaCollector", "register"]
 
 
 class _Exporting(Protocol):
-    """A socket that can be exported: :class:`homa.Socket` or :class:`homa.aio.Socket`."""
+    """A socket that can be exported: :class:`homa.Socket` or :class:`homa.AsyncSocket`."""
 
     @property
     def closed(self) -> bool: ...

@@ -212,12 +212,12 @@ pub(in crate::transport) fn peek(
     let (from, len) = recvmsg_from(fd, &mut msg, libc::MSG_PEEK | libc::MSG_TRUNC, r).ok()?;
     // SAFETY: the kernel just filled msg, control buffer included.
     let segment = if gro { unsafe { gro_segment(&msg) } } else { 0 };
-    let segment = if segment == 0 || segment >= len { len } else { segment };
+    let segment = if segment >= len { 0 } else { segment };
     Some(Peeked { from, len, segment })
 }
 
-/// The most packets a datagram received in place may hold: a GRO batch holds at most
-/// 64 KiB, and runs are received in place only of packets of a kilobyte or more.
+/// The most packets a datagram received in place may hold (a GRO batch of 64 KiB of
+/// packets of a kilobyte, the least the driver receives in place in runs).
 pub(crate) const MAX_RUN: usize = 64;
 
 /// Where [`recv_split`] puts the headers of a run of packets: `heads` holds one
