@@ -12,10 +12,12 @@ mod common;
 mod endpoint_packets;
 mod endpoint_pair;
 mod grant_model;
+mod io_batch;
 
 pub use endpoint_packets::endpoint_packets;
 pub use endpoint_pair::endpoint_pair;
 pub use grant_model::grant_model;
+pub use io_batch::io_batch;
 
 /// A target's body: called once per input, panics on a bug.
 pub type Target = fn(&[u8]);
@@ -27,6 +29,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("endpoint_packets", endpoint_packets),
     ("endpoint_pair", endpoint_pair),
     ("grant_model", grant_model),
+    ("io_batch", io_batch),
 ];
 
 /// Decodes arbitrary bytes as a Homa packet. Parsing may fail but must not panic; a packet

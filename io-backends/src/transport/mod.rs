@@ -456,7 +456,8 @@ pub trait Transport: Send + fmt::Debug {
     /// `heads`, one after another, and the rest of each appended to `message` (whose spare
     /// capacity must hold them), `len` bytes in all; returns its transport address.
     /// `Ok(None)`: it had another length, and is dropped (counted in `rx_dropped`);
-    /// `message` is as it was.
+    /// `message` is as it was. `InvalidInput`: `heads` is not a whole number of headers,
+    /// or the packets cannot hold `len` bytes of payload; nothing is received.
     fn recv_split(
         &mut self,
         _heads: &mut [u8],

@@ -233,7 +233,9 @@ pub(in crate::transport) struct Run<'a> {
 /// and whole length (a datagram longer than the buffers was cut short). Each payload is
 /// received into a 64-byte-aligned iovec after the few bytes before the first aligned
 /// address: the kernel copies several times slower to an unaligned destination (see
-/// [`Batch`]). A run of more than [`MAX_RUN`] packets is refused (`InvalidInput`).
+/// [`Batch`]). Refused (`InvalidInput`): a run of more than [`MAX_RUN`] packets, `heads` not
+/// a whole number of headers, or `rest` longer than the packets' payloads (its end would
+/// stay unwritten while the length returned says it was).
 pub(in crate::transport) fn recv_split(
     fd: RawFd,
     run: Run<'_>,
@@ -242,7 +244,11 @@ pub(in crate::transport) fn recv_split(
 ) -> io::Result<(SocketAddr, usize)> {
     let Run { heads, head_len, segment } = run;
     let packets = heads.len() / head_len.max(1);
-    if packets == 0 || packets > MAX_RUN || segment <= head_len {
+    let whole = head_len > 0 && heads.len() % head_len == 0;
+    if !whole || packets == 0 || packets > MAX_RUN || segment <= head_len {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    if rest.len() > packets * (segment - head_len) {
         return Err(io::ErrorKind::InvalidInput.into());
     }
     let iovec = |p: *mut u8, len| libc::iovec { iov_base: p.cast(), iov_len: len };
