@@ -13,6 +13,7 @@ use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use homa_core::testnet::Rng;
 use homa_io::{Call, Config, Socket};
 use homa_sim::Workload;
 use serde_json::json;
@@ -295,15 +296,8 @@ fn closed_loop(
 
 /// Message sizes drawn from `workload` (cut at [`MAX_MESSAGE`]), seeded.
 fn sizes(workload: &Workload, seed: u64) -> impl Iterator<Item = u64> + '_ {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    std::iter::repeat_with(move || {
-        // xorshift64*: uniform in [0, 1).
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        let u = (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
-        workload.sample(u).clamp(1, MAX_MESSAGE)
-    })
+    let mut rng = Rng::new(seed);
+    std::iter::repeat_with(move || workload.sample(rng.next_f64()).clamp(1, MAX_MESSAGE))
 }
 
 fn sample(started: Instant, completed: &AtomicU64, failed: &AtomicU64) -> Result<Sample, Error> {

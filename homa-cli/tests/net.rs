@@ -380,7 +380,8 @@ fn a_short_soak_loses_no_call_and_grows_nothing() {
     let path = dir.path().join("soak.json");
     let p = path.to_str().unwrap();
     // In 20 s the heap's swings with the sizes in flight are not averaged out as in 30
-    // minutes: a growth of 30 % is allowed (a leak of a kilobyte a call is some 50 %).
+    // minutes: three runs of this debug build measured -7.0 to +4.8 % (about 4,000 calls a
+    // second, 220-265 MB of heap), so 15 % is allowed: a leak of 1.5 KB a call exceeds it.
     let args = [
         "soak",
         "--duration",
@@ -392,7 +393,7 @@ fn a_short_soak_loses_no_call_and_grows_nothing() {
         "--in-flight",
         "200",
         "--max-growth",
-        "30",
+        "15",
     ];
     let report = run_json(&[&args[..], &["--json", p]].concat(), &path);
     assert_eq!(report["passed"], true, "{report}");

@@ -47,8 +47,8 @@ pub struct Drops {
 }
 
 impl Drops {
-    /// All dropped packets.
-    pub fn total(&self) -> u64 {
+    /// Every reason by its field name, with its count.
+    pub fn by_reason(&self) -> [(&'static str, u64); 12] {
         let Drops {
             malformed,
             too_long,
@@ -63,18 +63,25 @@ impl Drops {
             gap_limit,
             freeze,
         } = *self;
-        malformed
-            + too_long
-            + no_port
-            + unknown_rpc
-            + duplicate
-            + inconsistent
-            + not_receiving
-            + rx_memory
-            + rpc_limit
-            + peer_limit
-            + gap_limit
-            + freeze
+        [
+            ("malformed", malformed),
+            ("too_long", too_long),
+            ("no_port", no_port),
+            ("unknown_rpc", unknown_rpc),
+            ("duplicate", duplicate),
+            ("inconsistent", inconsistent),
+            ("not_receiving", not_receiving),
+            ("rx_memory", rx_memory),
+            ("rpc_limit", rpc_limit),
+            ("peer_limit", peer_limit),
+            ("gap_limit", gap_limit),
+            ("freeze", freeze),
+        ]
+    }
+
+    /// All dropped packets.
+    pub fn total(&self) -> u64 {
+        self.by_reason().iter().map(|(_, n)| n).sum()
     }
 }
 
@@ -140,24 +147,7 @@ pub struct Metrics {
 impl Drops {
     /// Every reason and its count, and `total`, by field name.
     pub fn to_value(&self) -> Map {
-        let d = *self;
-        [
-            ("malformed", d.malformed),
-            ("too_long", d.too_long),
-            ("no_port", d.no_port),
-            ("unknown_rpc", d.unknown_rpc),
-            ("duplicate", d.duplicate),
-            ("inconsistent", d.inconsistent),
-            ("not_receiving", d.not_receiving),
-            ("rx_memory", d.rx_memory),
-            ("rpc_limit", d.rpc_limit),
-            ("peer_limit", d.peer_limit),
-            ("gap_limit", d.gap_limit),
-            ("freeze", d.freeze),
-            ("total", d.total()),
-        ]
-        .into_iter()
-        .collect()
+        self.by_reason().into_iter().chain([("total", self.total())]).collect()
     }
 }
 

@@ -4,6 +4,7 @@ installed), and free loopback ports."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -21,6 +22,12 @@ T = TypeVar("T")
 #: starve that long (homa-io's README advises raising it there). Tests of timeouts use the
 #: defaults.
 SLACK: dict[str, Any] = {"timeout_ticks": 1000}
+
+
+def rss_bytes() -> int:
+    """This process's resident memory."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 try:
     import uvloop

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import homa
-from conftest import SLACK, free_port
+from conftest import SLACK, free_port, rss_bytes
 
 LOCAL = "127.0.0.1"
 
@@ -346,11 +346,6 @@ def test_cancelled_receiver_loses_no_request(run: Callable[[Any], Any], port: in
 async def _calls(cli: homa.AsyncSocket, dest: Any, n: int) -> None:
     for i in range(n):
         await cli.call(dest, b"%d" % i, timeout=10)
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 def test_no_leaks_over_100000_calls(port: int) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import homa
-from conftest import SLACK
+from conftest import SLACK, rss_bytes
 
 LOCAL = "127.0.0.1"
 
@@ -240,11 +240,6 @@ def test_held_messages_are_lent_and_bound_what_new_ones_may_take(port: int) -> N
     piece.release()
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def test_a_held_megabyte_message_costs_a_megabyte(port: int) -> None:
     """A server holding 64 received 1 MB requests grows by at most 1.1 MB of resident
     memory per request: each is received once, in place, and lent to Python uncopied. (The
@@ -258,11 +253,11 @@ def test_a_held_megabyte_message_costs_a_megabyte(port: int) -> None:
     with homa.Socket(port, host=LOCAL, **SLACK) as server, homa.Socket(host=LOCAL, **SLACK) as client:
         args = (server.local_addr, payload, 10)
         callers = [threading.Thread(target=client.call, args=args) for _ in range(count)]
-        before = rss()
+        before = rss_bytes()
         for t in callers:
             t.start()
         held = [server.recv_request(timeout=10) for _ in range(count)]
-        grown = rss() - before
+        grown = rss_bytes() - before
         assert all(r.message == payload for r in held)
         assert server.metrics()["lent_bytes"] == count * 1_000_000
         for r in held:

@@ -151,35 +151,7 @@ fn core_families(out: &mut Exposition, m: &homa_core::Metrics) {
         "Bytes of packets sent (Homa header onward), by type.",
         &by_type(bytes_out_by_type),
     );
-    let homa_core::metrics::Drops {
-        malformed,
-        too_long,
-        no_port,
-        unknown_rpc,
-        duplicate,
-        inconsistent,
-        not_receiving,
-        rx_memory,
-        rpc_limit,
-        peer_limit,
-        gap_limit,
-        freeze,
-    } = drops;
-    let reasons = [
-        ("malformed", malformed),
-        ("too_long", too_long),
-        ("no_port", no_port),
-        ("unknown_rpc", unknown_rpc),
-        ("duplicate", duplicate),
-        ("inconsistent", inconsistent),
-        ("not_receiving", not_receiving),
-        ("rx_memory", rx_memory),
-        ("rpc_limit", rpc_limit),
-        ("peer_limit", peer_limit),
-        ("gap_limit", gap_limit),
-        ("freeze", freeze),
-    ]
-    .map(|(r, n)| (Some(("reason", r.to_string())), *n));
+    let reasons = drops.by_reason().map(|(r, n)| (Some(("reason", r.to_string())), n));
     out.counter("packets_dropped", "Packets dropped on arrival, by reason.", &reasons);
     out.counter(
         "message_received_bytes",
