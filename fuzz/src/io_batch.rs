@@ -1,8 +1,9 @@
 //! `io_batch`: homa-io's batched UDP I/O, the one place with `unsafe` code that talks to the
 //! kernel (`sendmmsg` with UDP GSO runs and per-datagram control messages, `recvmmsg` with
-//! GRO and its control messages, the peek and split receive of receive-in-place), driven
-//! with fuzzer-chosen datagram sizes, counts, runs, priorities, batch capacities, slot
-//! lengths and split points, over a real pair of loopback sockets.
+//! GRO and its control messages, the peek and split receive of receive-in-place, or the
+//! same sockets through io_uring: its posted receives into ring slots and its send
+//! submissions), driven with fuzzer-chosen datagram sizes, counts, runs, priorities, batch
+//! capacities, slot lengths and split points, over a real pair of loopback sockets.
 //!
 //! Checks: no panic and no memory error (run it under the address sanitizer: `cargo fuzz`
 //! does by default); every datagram received is one that was sent, byte for byte, or its
@@ -11,7 +12,8 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use arbitrary::{Arbitrary, Unstructured};
 use homa_io::TransportKind;
@@ -30,21 +32,27 @@ pub(crate) enum Op {
     Split { head: u8, segment: u16, use_peeked: bool },
 }
 
-/// The sending and receiving transports (made once: sockets are a scarce resource under a
-/// fuzzer that runs millions of inputs).
+/// The sending and receiving transports of one kind (made once: sockets are a scarce
+/// resource under a fuzzer that runs millions of inputs).
 struct Pair {
     tx: Box<dyn Transport>,
     rx: Box<dyn Transport>,
 }
 
-fn pair() -> &'static std::sync::Mutex<Pair> {
-    static PAIR: OnceLock<std::sync::Mutex<Pair>> = OnceLock::new();
-    PAIR.get_or_init(|| {
+/// The pair of plain sockets, or of io_uring ones (plain ones where io_uring is refused).
+fn pair(uring: bool) -> &'static Mutex<Pair> {
+    static PAIRS: [OnceLock<Mutex<Pair>>; 2] = [OnceLock::new(), OnceLock::new()];
+    PAIRS[usize::from(uring)].get_or_init(|| {
+        let kind = if uring { TransportKind::UringUdp } else { TransportKind::Udp };
         let any = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-        let open = || transport::open(TransportKind::Udp, any, false).expect("a UDP socket");
-        std::sync::Mutex::new(Pair { tx: open(), rx: open() })
+        let open = || transport::open(kind, any, false).expect("a UDP socket");
+        Mutex::new(Pair { tx: open(), rx: open() })
     })
 }
+
+/// The next datagram's serial, never reused: a datagram an earlier input left in flight
+/// (an io_uring send or receive completes later) is known by a serial below this input's.
+static SERIAL: AtomicU32 = AtomicU32::new(0);
 
 /// Datagram contents: a 4-byte serial, then bytes derived from it.
 fn contents(serial: u32, len: usize) -> Vec<u8> {
@@ -60,13 +68,14 @@ fn contents(serial: u32, len: usize) -> Vec<u8> {
 
 /// The target: see the module docs.
 pub fn io_batch(data: &[u8]) {
-    let mut pair = pair().lock().unwrap_or_else(|e| e.into_inner());
+    let mut u = Unstructured::new(data);
+    let uring = bool::arbitrary(&mut u).unwrap_or(false);
+    let mut pair = pair(uring).lock().unwrap_or_else(|e| e.into_inner());
     let Pair { tx, rx } = &mut *pair;
     drain(rx.as_mut());
     let to = rx.local_addr();
     let mut sent: HashMap<u32, Vec<u8>> = HashMap::new();
-    let mut serial = 0u32;
-    let mut u = Unstructured::new(data);
+    let first_serial = SERIAL.load(Ordering::Relaxed);
     let mut out = Batch::new(64, 2048);
     // (An exhausted `Unstructured` still yields ops, of default values: stop there.)
     while !u.is_empty() {
@@ -78,11 +87,11 @@ pub fn io_batch(data: &[u8]) {
                 for i in 0..count {
                     let len =
                         if i + 1 == count { len - usize::from(short) % (len - 3) } else { len };
+                    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
                     let bytes = contents(serial, len);
                     out.next_slot()[..len].copy_from_slice(&bytes);
                     out.push(Datagram { addr: to, len, priority: priority % 8, segment: 0 });
                     sent.insert(serial, bytes);
-                    serial += 1;
                 }
                 // Refused sends are counted, not errors; loopback refuses none here.
                 tx.send(&mut out).expect("send");
@@ -100,7 +109,7 @@ pub fn io_batch(data: &[u8]) {
                     let joined: Vec<u8> = d.packets(bytes).flatten().copied().collect();
                     assert_eq!(joined, bytes, "a GRO batch's packets are its bytes");
                     for packet in d.packets(bytes) {
-                        check(&mut sent, packet);
+                        check(&mut sent, first_serial, packet);
                     }
                 }
             }
@@ -137,7 +146,7 @@ pub fn io_batch(data: &[u8]) {
                             segment: p.segment,
                         };
                         for packet in d.packets(&whole) {
-                            check(&mut sent, packet);
+                            check(&mut sent, first_serial, packet);
                         }
                     }
                     // Another length than guessed: dropped (counted), the message untouched.
@@ -149,11 +158,15 @@ pub fn io_batch(data: &[u8]) {
     }
 }
 
-/// `packet` must be a datagram sent and not yet seen, whole or its first bytes.
-fn check(sent: &mut HashMap<u32, Vec<u8>>, packet: &[u8]) {
+/// `packet` must be a datagram sent and not yet seen, whole or its first bytes, or one an
+/// earlier input sent (its serial is below `first`).
+fn check(sent: &mut HashMap<u32, Vec<u8>>, first: u32, packet: &[u8]) {
     let Some(serial) = packet.get(..4).map(|s| u32::from_le_bytes(s.try_into().unwrap())) else {
         return; // too short to name itself: a truncated receive
     };
+    if serial < first {
+        return;
+    }
     let bytes =
         sent.remove(&serial).unwrap_or_else(|| panic!("datagram {serial} unknown or seen twice"));
     assert_eq!(packet, &bytes[..packet.len()], "datagram {serial} differs");

@@ -9,11 +9,13 @@
 use homa_core::wire;
 
 mod common;
+mod control_messages;
 mod endpoint_packets;
 mod endpoint_pair;
 mod grant_model;
 mod io_batch;
 
+pub use control_messages::control_messages;
 pub use endpoint_packets::endpoint_packets;
 pub use endpoint_pair::endpoint_pair;
 pub use grant_model::grant_model;
@@ -30,6 +32,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("endpoint_pair", endpoint_pair),
     ("grant_model", grant_model),
     ("io_batch", io_batch),
+    ("control_messages", control_messages),
 ];
 
 /// Decodes arbitrary bytes as a Homa packet. Parsing may fail but must not panic; a packet

@@ -20,6 +20,15 @@ pub use socket::SocketTransport;
 pub(crate) use sys::{MAX_RUN, clear, signal};
 pub use uring::{Unavailable, UringTransport};
 
+/// The reading of received control messages: public for the fuzz targets (`fuzz/`), not an
+/// API.
+#[doc(hidden)]
+pub mod control {
+    pub use super::sys::cmsg::{
+        Cmsg, ExtendedError, control_messages, extended_error, gro_segment,
+    };
+}
+
 /// IP protocol number of Homa (`IPPROTO_HOMA`).
 pub const IPPROTO_HOMA: i32 = 146;
 

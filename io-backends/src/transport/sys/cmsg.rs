@@ -79,22 +79,164 @@ pub(in crate::transport) unsafe fn set_cmsgs(
     }
 }
 
-/// The UDP GRO segment size in a received message's control data, or 0.
+/// One control message of a received datagram: its level, its type and its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cmsg<'a> {
+    /// `cmsg_level`: the protocol (`SOL_UDP`, `IPPROTO_IP`, ...).
+    pub level: i32,
+    /// `cmsg_type`: which message of that protocol.
+    pub kind: i32,
+    /// The data after the header, as long as the header says.
+    pub data: &'a [u8],
+}
+
+/// The bytes of a `cmsghdr` (on 64-bit Linux: a `size_t` length, a level, a type).
+const HEADER: usize = mem::size_of::<libc::cmsghdr>();
+/// Where a control message's data starts (`CMSG_LEN(0)`).
+const DATA: usize = cmsg_align(HEADER);
+
+/// Rounds up to the alignment of control messages, that of `size_t` (`CMSG_ALIGN`).
+const fn cmsg_align(len: usize) -> usize {
+    let a = mem::size_of::<usize>();
+    (len + a - 1) & !(a - 1)
+}
+
+/// The control messages in `control` (a received message's control buffer, as long as the
+/// kernel filled it), laid out as the kernel writes them: each a `cmsghdr` then its data,
+/// the next at the aligned end. Read, not trusted: a message whose length is shorter than
+/// its header or runs past the buffer (the kernel truncated the buffer: `MSG_CTRUNC`) ends
+/// the walk. The CMSG macros would trust those lengths; this reads only inside `control`.
+pub fn control_messages(control: &[u8]) -> impl Iterator<Item = Cmsg<'_>> {
+    let mut rest = control;
+    std::iter::from_fn(move || {
+        let header = rest.get(..HEADER)?;
+        // SAFETY: `header` holds a cmsghdr's bytes; its fields are integers, valid for any bits.
+        let h = unsafe { ptr::read_unaligned(header.as_ptr().cast::<libc::cmsghdr>()) };
+        #[allow(clippy::useless_conversion)] // a u32 on musl
+        let len = usize::try_from(h.cmsg_len).ok().filter(|&l| l >= DATA && l <= rest.len())?;
+        let data = &rest[DATA..len];
+        rest = rest.get(cmsg_align(len)..).unwrap_or(&[]);
+        Some(Cmsg { level: h.cmsg_level, kind: h.cmsg_type, data })
+    })
+}
+
+/// The UDP GRO segment size in a received datagram's control data, or 0.
+pub fn gro_segment(control: &[u8]) -> usize {
+    control_messages(control)
+        .find(|c| c.level == libc::SOL_UDP && c.kind == libc::UDP_GRO)
+        .and_then(|c| Some(libc::c_int::from_ne_bytes(c.data.get(..4)?.try_into().ok()?)))
+        .and_then(|size| usize::try_from(size).ok())
+        .unwrap_or(0)
+}
+
+/// An error from the socket's error queue: the `sock_extended_err` of an `IP_RECVERR` or
+/// `IPV6_RECVERR` control message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendedError {
+    /// It came as `IPV6_RECVERR`.
+    pub v6: bool,
+    /// `ee_errno`: the error (`ECONNREFUSED`, `EMSGSIZE`, ...).
+    pub errno: i32,
+    /// `ee_origin`: who reported it (`SO_EE_ORIGIN_ICMP`, `SO_EE_ORIGIN_ICMP6`, ...).
+    pub origin: u8,
+    /// `ee_type` and `ee_code`: the ICMP type and code.
+    pub icmp: (u8, u8),
+    /// `ee_info`: for "message too long", the path's MTU.
+    pub info: u32,
+}
+
+/// The error `c` carries, if it is an extended error long enough to hold one.
+pub fn extended_error(c: Cmsg<'_>) -> Option<ExtendedError> {
+    let v6 = match (c.level, c.kind) {
+        (libc::IPPROTO_IP, libc::IP_RECVERR) => false,
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVERR) => true,
+        _ => return None,
+    };
+    // struct sock_extended_err { u32 errno; u8 origin, type, code, pad; u32 info, data; }
+    let d = c.data.get(..mem::size_of::<libc::sock_extended_err>())?;
+    let word = |at: usize| u32::from_ne_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]]);
+    Some(ExtendedError {
+        v6,
+        errno: word(0) as i32,
+        origin: d[4],
+        icmp: (d[5], d[6]),
+        info: word(8),
+    })
+}
+
+/// The control data the kernel wrote into a received message's buffer.
 ///
 /// # Safety
-/// `msg` must describe a message the kernel just filled, control buffer included.
-pub(super) unsafe fn gro_segment(msg: &libc::msghdr) -> usize {
-    // SAFETY: the CMSG macros stay within msg_controllen bytes the kernel wrote.
-    let mut c = unsafe { libc::CMSG_FIRSTHDR(msg) };
-    while !c.is_null() {
-        // SAFETY: c points to a complete cmsghdr inside the buffer (see above).
-        unsafe {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                let size = ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                return usize::try_from(size).unwrap_or(0);
-            }
-            c = libc::CMSG_NXTHDR(msg, c);
-        }
+/// `msg.msg_control`, if not null, must point to at least `msg.msg_controllen` readable
+/// bytes (after a receive the kernel has lowered it to the length it wrote).
+pub(super) unsafe fn received(msg: &libc::msghdr) -> &[u8] {
+    if msg.msg_control.is_null() {
+        return &[];
     }
-    0
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(msg.msg_control.cast::<u8>(), msg.msg_controllen) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The control data `set_cmsgs` writes with the CMSG macros (TOS and a segment size).
+    fn written() -> (CmsgBuf, usize) {
+        let mut buf = CmsgBuf::ZERO;
+        // SAFETY: all-zero bytes are a valid msghdr.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_control = buf.0.as_mut_ptr().cast();
+        // SAFETY: msg_control points to `buf`, which outlives `msg`'s use.
+        unsafe { set_cmsgs(&mut msg, false, 3, Some(1400)) };
+        let len = msg.msg_controllen;
+        (buf, len)
+    }
+
+    #[test]
+    fn reads_what_the_cmsg_macros_write() {
+        let (buf, len) = written();
+        let found: Vec<_> = control_messages(&buf.0[..len]).collect();
+        let tos = libc::c_int::from(tos_for_priority(3)).to_ne_bytes();
+        assert_eq!(found.len(), 2);
+        assert_eq!(
+            (found[0].level, found[0].kind, found[0].data),
+            (libc::IPPROTO_IP, libc::IP_TOS, &tos[..])
+        );
+        assert_eq!((found[1].level, found[1].kind), (libc::SOL_UDP, libc::UDP_SEGMENT));
+        assert_eq!(found[1].data, 1400u16.to_ne_bytes());
+    }
+
+    #[test]
+    fn a_truncated_buffer_ends_the_walk_at_the_last_whole_message() {
+        let (buf, len) = written();
+        let whole = control_messages(&buf.0[..len]).count();
+        assert_eq!(whole, 2);
+        for cut in 0..len {
+            // The messages are 20 and 18 bytes long, the second at 24.
+            let n = control_messages(&buf.0[..cut]).count();
+            assert_eq!(n, usize::from(cut >= 20) + usize::from(cut >= 42), "cut at {cut}");
+        }
+        // A length past the end, or shorter than a header, is not followed.
+        let mut bad = buf;
+        bad.0[..8].copy_from_slice(&(len as u64 + 1).to_ne_bytes());
+        assert_eq!(control_messages(&bad.0[..len]).count(), 0);
+        bad.0[..8].copy_from_slice(&3u64.to_ne_bytes());
+        assert_eq!(control_messages(&bad.0[..len]).count(), 0);
+    }
+
+    #[test]
+    fn gro_segment_needs_a_whole_int() {
+        let mut buf = [0u8; 24];
+        buf[..8].copy_from_slice(&20u64.to_ne_bytes());
+        buf[8..12].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
+        buf[12..16].copy_from_slice(&libc::UDP_GRO.to_ne_bytes());
+        buf[16..20].copy_from_slice(&1416i32.to_ne_bytes());
+        assert_eq!(gro_segment(&buf), 1416);
+        buf[..8].copy_from_slice(&18u64.to_ne_bytes());
+        assert_eq!(gro_segment(&buf), 0, "two bytes of an int");
+        buf[..8].copy_from_slice(&20u64.to_ne_bytes());
+        buf[16..20].copy_from_slice(&(-5i32).to_ne_bytes());
+        assert_eq!(gro_segment(&buf), 0, "a negative size");
+    }
 }

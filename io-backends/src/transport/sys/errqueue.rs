@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::ptr;
 
+use super::cmsg::{control_messages, extended_error, received};
 use super::{Reports, getsockopt_int, read_sockaddr, setsockopt_int};
 use crate::transport::{self, Unreachable};
 
@@ -61,57 +62,41 @@ pub(in crate::transport) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool
         let Some(dest) = read_sockaddr(&name).map(|a| transport::transport_addr(a, r.raw)) else {
             continue;
         };
-        // SAFETY: the kernel filled msg_controllen bytes of `control` with well-formed
-        // cmsgs; the CMSG macros stay inside them.
-        let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        while !c.is_null() {
-            // SAFETY: c is a header inside the control buffer (see above).
-            let (level, kind) = unsafe { ((*c).cmsg_level, (*c).cmsg_type) };
-            let recverr = (level == libc::IPPROTO_IP && kind == libc::IP_RECVERR)
-                || (level == libc::IPPROTO_IPV6 && kind == libc::IPV6_RECVERR);
-            if recverr {
-                // SAFETY: an IP(V6)_RECVERR message carries a sock_extended_err.
-                let e = unsafe {
-                    ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>())
-                };
-                // Only "destination unreachable" says the peer cannot be reached (the
-                // kernel also reports "time exceeded", a transient routing loop, as
-                // EHOSTUNREACH), and IPv6's "unrecognized next header", its protocol
-                // unreachable: a raw-IP peer without Homa. And of those only the final
-                // ones: the peer's host says no Homa listens there (protocol or port
-                // unreachable), or a firewall forbids the path. "Host" or "network
-                // unreachable" are not: a router, or this host itself when a neighbour
-                // did not answer ARP or neighbour discovery in time (its replies lost in a
-                // flooded queue while the peer lives), says them of a path that comes
-                // back. As TCP's connections do, the RPCs go on; a peer truly gone is
-                // silent, and they time out.
-                let (v4, v6) = (
-                    e.ee_origin == libc::SO_EE_ORIGIN_ICMP,
-                    e.ee_origin == libc::SO_EE_ORIGIN_ICMP6,
-                );
-                let (icmp_type, code) = (e.ee_type, e.ee_code);
-                let no_homa = v6 && (icmp_type, code) == (4, 1);
-                let unreachable = (v4 && icmp_type == 3) || (v6 && icmp_type == 1);
-                let final_code =
-                    if v4 { matches!(code, 2 | 3 | 9 | 10 | 13) } else { matches!(code, 1 | 4) };
-                let errno = e.ee_errno as i32;
-                if errno == libc::EMSGSIZE {
-                    // Refused here (too big for the interface) or by a router (ICMP).
-                    allow_fragments(fd, level, dest, e.ee_info);
-                }
-                if no_homa || (unreachable && final_code && is_unreachable(errno)) {
-                    // With UDP the port is part of `dest` already.
-                    let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
-                        .then(|| u16::from_be_bytes([data[2], data[3]]));
-                    tracing::info!(%dest, ?port, icmp_type, code, errno, "ICMP: unreachable");
-                    r.stats.unreachable += 1;
-                    r.unreachable.push_back(Unreachable { peer: dest, port });
-                } else if unreachable {
-                    tracing::info!(%dest, icmp_type, code, errno, "ICMP: unreachable for now");
-                }
+        // SAFETY: the kernel wrote msg_controllen bytes of `control`.
+        for e in control_messages(unsafe { received(&msg) }).filter_map(extended_error) {
+            // Only "destination unreachable" says the peer cannot be reached (the
+            // kernel also reports "time exceeded", a transient routing loop, as
+            // EHOSTUNREACH), and IPv6's "unrecognized next header", its protocol
+            // unreachable: a raw-IP peer without Homa. And of those only the final
+            // ones: the peer's host says no Homa listens there (protocol or port
+            // unreachable), or a firewall forbids the path. "Host" or "network
+            // unreachable" are not: a router, or this host itself when a neighbour
+            // did not answer ARP or neighbour discovery in time (its replies lost in a
+            // flooded queue while the peer lives), says them of a path that comes
+            // back. As TCP's connections do, the RPCs go on; a peer truly gone is
+            // silent, and they time out.
+            let (v4, v6) =
+                (e.origin == libc::SO_EE_ORIGIN_ICMP, e.origin == libc::SO_EE_ORIGIN_ICMP6);
+            let (icmp_type, code) = e.icmp;
+            let no_homa = v6 && (icmp_type, code) == (4, 1);
+            let unreachable = (v4 && icmp_type == 3) || (v6 && icmp_type == 1);
+            let final_code =
+                if v4 { matches!(code, 2 | 3 | 9 | 10 | 13) } else { matches!(code, 1 | 4) };
+            let errno = e.errno;
+            if errno == libc::EMSGSIZE {
+                // Refused here (too big for the interface) or by a router (ICMP).
+                allow_fragments(fd, e.v6, dest, e.info);
             }
-            // SAFETY: as above.
-            c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+            if no_homa || (unreachable && final_code && is_unreachable(errno)) {
+                // With UDP the port is part of `dest` already.
+                let port = (r.raw && errno == libc::ECONNREFUSED && n >= 4)
+                    .then(|| u16::from_be_bytes([data[2], data[3]]));
+                tracing::info!(%dest, ?port, icmp_type, code, errno, "ICMP: unreachable");
+                r.stats.unreachable += 1;
+                r.unreachable.push_back(Unreachable { peer: dest, port });
+            } else if unreachable {
+                tracing::info!(%dest, icmp_type, code, errno, "ICMP: unreachable for now");
+            }
         }
     }
 }
@@ -120,11 +105,16 @@ pub(in crate::transport) fn drain_errors(fd: RawFd, r: &mut Reports<'_>) -> bool
 /// stops sending with don't-fragment regardless (`*_PMTUDISC_PROBE`, set when it was opened)
 /// and lets the kernel fragment what does not fit, as by default; once per socket, with a
 /// warning. Slower, but a default `mtu` of 1500 keeps working over smaller-MTU links.
-fn allow_fragments(fd: RawFd, level: i32, to: SocketAddr, mtu: u32) {
-    let (name, probe, want) = if level == libc::IPPROTO_IPV6 {
-        (libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE, libc::IPV6_PMTUDISC_WANT)
+fn allow_fragments(fd: RawFd, v6: bool, to: SocketAddr, mtu: u32) {
+    let (level, name, probe, want) = if v6 {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_PROBE,
+            libc::IPV6_PMTUDISC_WANT,
+        )
     } else {
-        (libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE, libc::IP_PMTUDISC_WANT)
+        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE, libc::IP_PMTUDISC_WANT)
     };
     if getsockopt_int(fd, level, name).ok() == Some(probe)
         && setsockopt_int(fd, level, name, want).is_ok()

@@ -7,7 +7,7 @@
 //! (batched sending and receiving), [`errqueue`] (the error queue, ICMP errors),
 //! [`sockopt`] (socket options) and [`ready`] (eventfd and poll readiness).
 
-mod cmsg;
+pub(super) mod cmsg;
 mod errqueue;
 mod ready;
 mod recv;

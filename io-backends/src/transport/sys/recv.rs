@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::ptr;
 
-use super::cmsg::gro_segment;
+use super::cmsg::{gro_segment, received};
 use super::{
     CmsgBuf, MmsgScratch, Reports, drain_errors, is_unreachable, may_be_pending, read_sockaddr,
 };
@@ -113,7 +113,7 @@ pub(in crate::transport) fn recv_batch(
         // Close the gap left by a dropped datagram and/or the stripped header.
         batch.move_within(src, offset, len, dst);
         // SAFETY: the kernel wrote this message's control data (if any) into its buffer.
-        let segment = if mode.gro { unsafe { gro_segment(&h.msg_hdr) } } else { 0 };
+        let segment = if mode.gro { gro_segment(unsafe { received(&h.msg_hdr) }) } else { 0 };
         batch.push(Datagram { addr: from, len, priority: 0, segment });
         r.stats.rx_datagrams += 1;
     }
@@ -211,7 +211,7 @@ pub(in crate::transport) fn peek(
     }
     let (from, len) = recvmsg_from(fd, &mut msg, libc::MSG_PEEK | libc::MSG_TRUNC, r).ok()?;
     // SAFETY: the kernel just filled msg, control buffer included.
-    let segment = if gro { unsafe { gro_segment(&msg) } } else { 0 };
+    let segment = if gro { gro_segment(unsafe { received(&msg) }) } else { 0 };
     let segment = if segment >= len { 0 } else { segment };
     Some(Peeked { from, len, segment })
 }
