@@ -3,8 +3,9 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, UdpSocket};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{bind_server, echo, loopback_v4, pattern, transports};
@@ -101,6 +102,41 @@ fn large_datagrams_and_runs_are_received_in_place() {
         server.shutdown();
         echoer.join().unwrap();
     }
+}
+
+/// Empty datagrams (a peer may send them; they hold no packet) arriving among the runs of a
+/// bulk transfer are dropped, and the transfer goes on. (They once stopped the driver: the
+/// receive in place divided by their length.)
+#[test]
+fn empty_datagrams_amid_bulk_data_are_dropped() {
+    let ip = loopback_v4();
+    let builder = Socket::builder().config(Config { mtu: 1_500, ..patient() });
+    let server = Arc::new(bind_server(builder.clone(), ip));
+    let echoer = echo(&server);
+    let client = builder.client(ip).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let junk = {
+        let (to, stop) = (server.local_addr(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let socket = UdpSocket::bind((ip, 0)).unwrap();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                socket.send_to(&[], to).unwrap();
+                sent += 1;
+            }
+            sent
+        })
+    };
+    for i in 0..4 {
+        let message = pattern(1_000_000, i);
+        let echoed =
+            client.call(server.local_addr(), message.clone(), Some(Duration::from_secs(20)));
+        assert!(echoed.unwrap() == message, "call {i}: echo differs");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(junk.join().unwrap() > 0);
+    server.shutdown();
+    echoer.join().unwrap();
 }
 
 /// A socket on loopback, given no MTU or link rate, sends packets as large as the loopback

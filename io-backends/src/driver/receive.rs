@@ -135,13 +135,15 @@ impl Inner {
         let Some(p) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
             return false;
         };
+        // Small or empty (a peer may send an empty datagram: it holds no packet at all).
+        if p.len < PLACE_MIN {
+            return false;
+        }
         let segment = if p.segment == 0 { p.len } else { p.segment };
         let packets = p.len.div_ceil(segment);
         let last = p.len - (packets - 1) * segment;
-        let placeable = p.len >= PLACE_MIN
-            && (packets == 1 || segment >= RUN_SEGMENT_MIN)
-            && last > H
-            && packets <= MAX_RUN;
+        let placeable =
+            (packets == 1 || segment >= RUN_SEGMENT_MIN) && last > H && packets <= MAX_RUN;
         if !placeable || !self.allowed(p.from) {
             return false;
         }
