@@ -16,7 +16,7 @@
 //!   length), has started and is neither complete nor aborted; rank = (bytes not yet
 //!   received, arrival order), smaller first;
 //! - the *active* messages are the K best-ranked managed ones;
-//! - headroom = `max_incoming` - sum over managed messages of (granted - received);
+//! - headroom = `max_incoming` - sum over active messages of (granted - received);
 //! - active messages, best first, are each granted up to min(received + W, length), as far as
 //!   the headroom allows; nothing else is ever granted;
 //! - a GRANT goes out exactly when a message's grant grows, once, carrying the new offset, at
@@ -403,9 +403,14 @@ impl Model {
                 Event::RpcFailed { .. } => panic!("nothing fails with the clock still: {event:?}"),
             }
         }
-        let managed: Vec<&Msg> = self.msgs.iter().filter(|m| m.managed()).collect();
+        let mut managed: Vec<usize> =
+            (0..self.msgs.len()).filter(|&i| self.msgs[i].managed()).collect();
+        managed.sort_by_key(|&i| self.msgs[i].rank(i));
         let k = usize::from(self.config.max_overcommit);
-        let incoming: u64 = managed.iter().map(|m| u64::from(m.granted - m.received)).sum();
+        let incoming: u64 = managed[..managed.len().min(k)]
+            .iter()
+            .map(|&i| u64::from(self.msgs[i].granted - self.msgs[i].received))
+            .sum();
         let metrics = self.node.ep.metrics();
         assert_eq!(
             (metrics.grantable, metrics.active_grants, metrics.incoming),
@@ -421,10 +426,10 @@ impl Model {
         let mut managed: Vec<usize> =
             (0..self.msgs.len()).filter(|&i| self.msgs[i].managed()).collect();
         managed.sort_by_key(|&i| self.msgs[i].rank(i));
-        let outstanding: i64 =
-            managed.iter().map(|&i| i64::from(self.msgs[i].granted - self.msgs[i].received)).sum();
-        let mut headroom = i64::from(c.max_incoming) - outstanding;
         let active = &managed[..managed.len().min(usize::from(c.max_overcommit))];
+        let outstanding: i64 =
+            active.iter().map(|&i| i64::from(self.msgs[i].granted - self.msgs[i].received)).sum();
+        let mut headroom = i64::from(c.max_incoming) - outstanding;
         let max_sched = i64::from(c.max_sched_prio());
         let mut grants = Vec::new();
         for (rank, &i) in active.iter().enumerate() {

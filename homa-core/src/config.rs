@@ -98,8 +98,9 @@ config! {
     // --- Receiver (grants) ---
     /// Fixed per-message grant window in bytes; 0 = dynamic, `max_incoming / (active + 1)`.
     window: u32 = 0, 0, u32::MAX as u64;
-    /// Cap on granted-but-unreceived bytes across all incoming messages; 0 = sized for
-    /// `link_mbps`, see [`Config::incoming_cap`].
+    /// Cap on the bytes the messages being granted to still expect (granted, unscheduled
+    /// bytes included, and not received; not those a silent sender was asked to resend);
+    /// 0 = sized for `link_mbps`, see [`Config::incoming_cap`].
     max_incoming: u32 = 0, 0, u32::MAX as u64;
     /// Most messages granted to at once (at most 8).
     max_overcommit: u8 = 8, 1, MAX_OVERCOMMIT as u64;
@@ -159,6 +160,12 @@ config! {
     /// Bytes of incoming messages being reassembled at once, across all RPCs. A message is
     /// accepted only if its whole length fits; its buffer is allocated then, never before.
     max_rx_bytes: u64 = 1 << 30, 1, u64::MAX;
+    /// Bytes one host (an IP address, from any of its ports) may make this endpoint hold at
+    /// once: its messages being received, and the responses to its requests until it
+    /// acknowledges them. A quarter of `max_rx_bytes`, so that one hostile or runaway host
+    /// cannot take all the memory. A new message beyond it waits, as one beyond
+    /// `max_rx_bytes` does (a request's client hears BUSY).
+    max_bytes_per_host: u64 = 1 << 28, 1, u64::MAX;
     /// Holes one message's reassembly may track; a packet needing more is dropped (the
     /// sender resends it later).
     max_gaps: u32 = 1024, 0, u32::MAX as u64;
@@ -586,7 +593,7 @@ mod tests {
             assert!(!f.doc.is_empty(), "{} has a doc comment", f.name);
         }
         assert_eq!(c, Config::default(), "get then set changes nothing");
-        assert_eq!(FIELDS.len(), 32);
+        assert_eq!(FIELDS.len(), 33);
         let overcommit = Field::named("max_overcommit").unwrap();
         (overcommit.set)(&mut c, &Value::Int(3)).unwrap();
         assert_eq!(c.max_overcommit, 3);

@@ -7,6 +7,7 @@ use core::net::SocketAddr;
 use crate::config::{Config, ConfigError};
 use crate::downlink::Downlink;
 use crate::error::ApiError;
+use crate::host::HostBytes;
 use crate::metrics::{Metrics, type_index};
 use crate::msg::incoming::{InMessage, Rejected};
 use crate::msg::outgoing::OutMessage;
@@ -165,6 +166,9 @@ pub struct Endpoint {
     events: VecDeque<Event>,
     metrics: Metrics,
     rx_bytes: u64,
+    /// What each host makes us hold (`max_bytes_per_host`): its messages being received
+    /// and the responses to its requests.
+    host_bytes: HostBytes,
     /// Bytes of delivered messages the application still holds (`set_lent_bytes`).
     lent_bytes: u64,
     tx_bytes: u64,
@@ -212,7 +216,8 @@ impl Endpoint {
             next_client_id: config.first_client_id,
             next_birth: 0,
             rpcs: RpcTable::new(hasher.clone()),
-            peers: PeerTable::new(config.max_peers, hasher),
+            peers: PeerTable::new(config.max_peers, hasher.clone()),
+            host_bytes: HostBytes::new(hasher),
             grants: Grants::new(&config),
             downlink: Downlink::new(&config),
             overload: Overload::default(),
@@ -313,8 +318,7 @@ impl Endpoint {
         cookie: u64,
     ) -> Result<u64, ApiError> {
         let now = now.as_nanos();
-        self.settle_data();
-        self.advance(now);
+        // Checked before the deferred bookkeeping runs: a call that fails changes nothing.
         let payload = message.into();
         self.check_message(&payload)?;
         if port == 0 || !self.port_taken(port) {
@@ -323,6 +327,8 @@ impl Endpoint {
         if dest_port == 0 {
             return Err(ApiError::InvalidPort(dest_port));
         }
+        self.settle_data();
+        self.advance(now);
         let peer = self.peers.get_or_insert(dest, self.now).ok_or(ApiError::TooManyPeers)?;
         let id = self.next_client_id;
         // Wraps to 2 after u64::MAX - 1 (never 0, which means "no ack" on the wire).
@@ -360,17 +366,20 @@ impl Endpoint {
         message: impl Into<Payload>,
     ) -> Result<(), ApiError> {
         let now = now.as_nanos();
-        self.settle_data();
-        self.advance(now);
+        // Checked before the deferred bookkeeping runs: a call that fails changes nothing.
         let payload = message.into();
         self.check_message(&payload)?;
         let r = self.rpcs.find_server(rpc.client, rpc.id).ok_or(ApiError::UnknownRpc(rpc.id))?;
-        let x = self.rpcs.get_mut(r).ok_or(ApiError::UnknownRpc(rpc.id))?;
-        if x.state != State::InService {
+        if self.rpcs.get(r).is_none_or(|x| x.state != State::InService) {
             return Err(ApiError::NotAwaitingResponse(rpc.id));
         }
+        self.settle_data();
+        self.advance(now);
+        let x = self.rpcs.get_mut(r).ok_or(ApiError::UnknownRpc(rpc.id))?;
         x.state = State::Outgoing;
+        let client = x.addr;
         self.tx_bytes += payload.len() as u64;
+        self.host_bytes.hold(client, payload.len() as u64);
         self.next_birth += 1;
         x.msgout = Some(OutMessage::new(payload, self.config.unsched_bytes, self.next_birth));
         self.queue_tx(r);
@@ -1101,7 +1110,8 @@ impl Endpoint {
         // A client's first response packet creates the incoming message.
         let Some(x) = self.rpcs.get(r) else { return true };
         if x.is_client() && x.state == State::Outgoing {
-            if !self.reserve_rx(d.message_length) {
+            // Counted for the host the request went to, where `release_rx` finds it.
+            if !self.reserve_rx(x.addr, d.message_length) {
                 // The response waits for memory: the server is alive, and our RESENDs
                 // ask for it again later.
                 self.reset_silence(r);
@@ -1220,7 +1230,7 @@ impl Endpoint {
             self.metrics.drops.rpc_limit += 1;
             return Err(NoRpc::Limit);
         }
-        if !self.reserve_rx(d.message_length) {
+        if !self.reserve_rx(from, d.message_length) {
             return Err(NoRpc::Memory);
         }
         let birth = self.birth();
@@ -1245,14 +1255,25 @@ impl Endpoint {
         }))
     }
 
-    /// Reserves reassembly memory for a new message, or counts the drop.
-    fn reserve_rx(&mut self, length: u32) -> bool {
-        if self.rx_bytes + self.lent_bytes + u64::from(length) > self.config.max_rx_bytes {
+    /// Reserves reassembly memory for a new message from `from`, or counts the drop.
+    fn reserve_rx(&mut self, from: SocketAddr, length: u32) -> bool {
+        let length = u64::from(length);
+        if self.rx_bytes + self.lent_bytes + length > self.config.max_rx_bytes {
             self.metrics.drops.rx_memory += 1;
             return false;
         }
-        self.rx_bytes += u64::from(length);
+        if !self.host_bytes.reserve(from, length, self.config.max_bytes_per_host) {
+            self.metrics.drops.host_memory += 1;
+            return false;
+        }
+        self.rx_bytes += length;
         true
+    }
+
+    /// Gives back what [`reserve_rx`](Self::reserve_rx) reserved.
+    fn release_rx(&mut self, from: SocketAddr, length: u64) {
+        self.rx_bytes -= length;
+        self.host_bytes.release(from, length);
     }
 
     fn birth(&mut self) -> u64 {
@@ -1304,7 +1325,9 @@ impl Endpoint {
     fn deliver(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get_mut(r) else { return };
         let Some(m) = x.msgin.take() else { return };
-        self.rx_bytes -= u64::from(m.length);
+        let from = x.addr;
+        self.release_rx(from, u64::from(m.length));
+        let Some(x) = self.rpcs.get_mut(r) else { return };
         self.metrics.message_bytes_in += u64::from(m.length);
         let message = m.buf;
         if x.is_client() {
@@ -1445,7 +1468,8 @@ impl Endpoint {
             let Some(x) = self.rpcs.get_mut(r) else { return };
             let partial = x.msgin.take().map_or(0, |m| m.length);
             x.state = State::Outgoing;
-            self.rx_bytes -= u64::from(partial);
+            let from = x.addr;
+            self.release_rx(from, u64::from(partial));
         }
         let Some(x) = self.rpcs.get_mut(r) else { return };
         if x.state != State::Outgoing {
@@ -1652,6 +1676,9 @@ impl Endpoint {
             if may_ask {
                 self.request_retransmission(r);
             }
+            if self.rpcs.get(r).is_some_and(|x| x.grant_managed) {
+                self.grant_cx(|g, cx| g.sender_silent(cx, r));
+            }
             if let Some(x) = self.rpcs.get_mut(r) {
                 x.timer.asked = due as u32;
             }
@@ -1761,9 +1788,13 @@ impl Endpoint {
         }
         let Some(x) = self.rpcs.get(r) else { return };
         let (rx, tx, peer, client) = (x.rx_bytes(), x.tx_bytes(), x.peer, x.is_client());
+        let from = x.addr;
         self.rpcs.remove(r);
-        self.rx_bytes -= rx;
+        self.release_rx(from, rx);
         self.tx_bytes -= tx;
+        if !client {
+            self.host_bytes.release(from, tx);
+        }
         let p = self.peers.get_mut(peer);
         p.rpcs -= 1;
         if !client {

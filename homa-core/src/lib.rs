@@ -96,6 +96,7 @@ pub mod config;
 mod downlink;
 mod endpoint;
 pub mod error;
+mod host;
 pub mod metrics;
 mod msg;
 mod overload;

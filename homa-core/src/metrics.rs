@@ -36,6 +36,8 @@ pub struct Drops {
     pub not_receiving: u64,
     /// A new message that does not fit in `max_rx_bytes`.
     pub rx_memory: u64,
+    /// A new message that would take what its host holds here past `max_bytes_per_host`.
+    pub host_memory: u64,
     /// A new server RPC beyond `max_rpcs_per_peer`.
     pub rpc_limit: u64,
     /// A packet from a new peer beyond `max_peers`.
@@ -48,7 +50,7 @@ pub struct Drops {
 
 impl Drops {
     /// Every reason by its field name, with its count.
-    pub fn by_reason(&self) -> [(&'static str, u64); 12] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 13] {
         let Drops {
             malformed,
             too_long,
@@ -58,6 +60,7 @@ impl Drops {
             inconsistent,
             not_receiving,
             rx_memory,
+            host_memory,
             rpc_limit,
             peer_limit,
             gap_limit,
@@ -72,6 +75,7 @@ impl Drops {
             ("inconsistent", inconsistent),
             ("not_receiving", not_receiving),
             ("rx_memory", rx_memory),
+            ("host_memory", host_memory),
             ("rpc_limit", rpc_limit),
             ("peer_limit", peer_limit),
             ("gap_limit", gap_limit),
@@ -238,7 +242,7 @@ mod tests {
         assert_eq!(v.len(), 26);
         assert_eq!(v.get("retransmitted_packets"), Some(&Value::Int(7)));
         let drops = v.get("drops").and_then(Value::as_map).unwrap();
-        assert_eq!(drops.len(), 13, "twelve reasons and the total");
+        assert_eq!(drops.len(), 14, "thirteen reasons and the total");
         let data = v.get("packets_in_by_type").and_then(Value::as_map).unwrap();
         assert_eq!(data.get("ACK"), Some(&Value::Int(0)));
     }

@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use common::*;
 use homa_core::testnet::Rng;
+use homa_core::wire::{self, PacketType};
 use homa_core::{Config, Endpoint};
 
 /// Packets of a few real exchanges (small and large RPCs), as captured off the network.
@@ -148,4 +149,83 @@ fn extreme_settings_and_clocks_do_not_overflow() {
     ep.send_request(Instant::from_nanos(late), SERVER_PORT, from, 4000, vec![1u8; 100_000], 0)
         .unwrap();
     while ep.poll_transmit(Instant::from_nanos(late), &mut buf).unwrap().is_some() {}
+}
+
+/// Drains what `ep` sends at `now`; returns the types sent to `to`.
+fn sent_to(ep: &mut Endpoint, now: u64, to: SocketAddr) -> Vec<PacketType> {
+    let mut buf = vec![0; ep.config().max_packet_len()];
+    let mut types = Vec::new();
+    while let Some(t) = ep.poll_transmit(Instant::from_nanos(now), &mut buf).unwrap() {
+        if t.to == to {
+            types.push(wire::Repr::parse(&buf[..t.len]).unwrap().body.packet_type());
+        }
+    }
+    types
+}
+
+/// One host announces 1,000,000-byte requests from a thousand ports and sends 1,000 bytes of
+/// each, never more. It holds at most `max_bytes_per_host` (the rest hear BUSY), and
+/// its silent messages do not hold the grant budget: another host's request is granted to.
+/// (Counted per port, the first would have taken all memory; counted as `incoming` until
+/// they time out, their unscheduled bytes would have stopped every grant.)
+#[test]
+fn silent_announcements_from_many_ports_cannot_starve_another_host() {
+    let config = Config { max_bytes_per_host: 20_000_000, ..Config::default() };
+    let mut ep = Endpoint::new(config).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
+    let attacker = |port: u16| SocketAddr::from(([198, 18, 0, 3], 20_000 + port));
+    let mut now = 0;
+    for port in 0..1000 {
+        let fake = request_data_of(2, 1_000_000, 40_000, 0, 1_000);
+        let _ = ep.handle_packet(Instant::from_nanos(now), attacker(port), &fake);
+        sent_to(&mut ep, now, attacker(port));
+    }
+    let m = ep.metrics();
+    assert_eq!((m.rpcs, m.rx_bytes, m.drops.host_memory), (20, 20_000_000, 980), "{m:?}");
+    // They go silent: asked to resend, they owe nothing that counts.
+    for _ in 0..10 {
+        now += 1_000_000;
+        ep.handle_timeout(Instant::from_nanos(now));
+        for port in 0..20 {
+            sent_to(&mut ep, now, attacker(port));
+        }
+    }
+    assert_eq!(ep.metrics().incoming, 0);
+    // Another host's 100,000-byte request: its unscheduled bytes draw a GRANT.
+    let client = SocketAddr::from(([198, 18, 0, 2], 4000));
+    let mut types = Vec::new();
+    for offset in (0..40_000).step_by(1_000) {
+        let data = request_data_of(100, 100_000, 40_000, offset, 1_000);
+        ep.handle_packet(Instant::from_nanos(now), client, &data).unwrap();
+        types.extend(sent_to(&mut ep, now, client));
+    }
+    assert!(types.contains(&PacketType::Grant), "sent {types:?}");
+}
+
+/// Responses a host never acknowledges count against it: once they fill
+/// `max_bytes_per_host`, its new requests hear BUSY, and another host's are served.
+#[test]
+fn unacknowledged_responses_bound_what_their_host_may_ask() {
+    let config = Config { max_bytes_per_host: 100_000, ..Config::default() };
+    let mut ep = Endpoint::new(config).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
+    let request = |ep: &mut Endpoint, from: SocketAddr, id: u64| {
+        let data = request_data_of(id, 1_000, 1_000, 0, 1_000);
+        let _ = ep.handle_packet(Instant::ZERO, from, &data);
+        let busy = sent_to(ep, 0, from).contains(&PacketType::Busy);
+        while let Some(event) = ep.poll_event() {
+            if let homa_core::Event::RequestReceived { rpc, .. } = event {
+                ep.send_response(Instant::ZERO, rpc, vec![1u8; 40_000]).unwrap();
+            }
+        }
+        sent_to(ep, 0, from);
+        busy
+    };
+    let silent = |port: u16| SocketAddr::from(([198, 18, 0, 3], 20_000 + port));
+    for port in 0..3 {
+        assert!(!request(&mut ep, silent(port), 2), "request {port} is served");
+    }
+    assert!(request(&mut ep, silent(3), 2), "the fourth would pass 100,000 bytes");
+    assert_eq!(ep.metrics().drops.host_memory, 1);
+    assert!(!request(&mut ep, SocketAddr::from(([198, 18, 0, 2], 4000)), 2), "another host");
 }

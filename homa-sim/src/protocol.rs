@@ -79,6 +79,7 @@ pub fn paper_config(
         num_priorities: priorities,
         wmem_max: 1 << 40,
         max_rx_bytes: 1 << 40,
+        max_bytes_per_host: 1 << 40,
         max_peers: 1 << 20,
         max_rpcs_per_peer: 1 << 20,
         max_message_length: longest_message(workload),

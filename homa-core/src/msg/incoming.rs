@@ -41,8 +41,14 @@ pub(crate) struct InMessage {
     // Grant state (see `sched::grant`).
     /// Bytes the sender may send: [0, granted).
     pub(crate) granted: u32,
-    /// Granted-but-unreceived bytes this message contributes to the endpoint's total.
+    /// Granted-but-unreceived bytes, as last counted.
     pub(crate) rec_incoming: u32,
+    /// `rec_incoming` is part of the endpoint's total: the message is being granted to, and
+    /// its sender is not `silent`.
+    pub(crate) counted: bool,
+    /// Its sender went silent: we asked it to resend, and no new bytes arrived since. The
+    /// bytes it owes are presumed lost, not on their way.
+    pub(crate) silent: bool,
     /// Arrival order, for SRPT ties and FIFO grants (lower = older).
     pub(crate) birth: u64,
     /// Needs grants beyond its unscheduled bytes.
@@ -67,6 +73,8 @@ impl InMessage {
             gaps: Vec::new(),
             granted,
             rec_incoming: 0,
+            counted: false,
+            silent: false,
             birth,
             grantable: granted < length,
             unsched_end: granted,
@@ -155,6 +163,7 @@ impl InMessage {
             self.fill_gap(offset, end, max_gaps)?;
         }
         self.bytes_remaining -= len;
+        self.silent = false;
         Ok(())
     }
 

@@ -52,6 +52,13 @@ pub(crate) struct AddrKey {
 
 const _: () = assert!(core::mem::size_of::<AddrKey>() == 24);
 
+impl AddrKey {
+    /// The key of `addr`'s host: its address without the port.
+    pub(crate) fn host(addr: SocketAddr) -> AddrKey {
+        AddrKey { port: 0, ..AddrKey::from(addr) }
+    }
+}
+
 impl From<SocketAddr> for AddrKey {
     fn from(addr: SocketAddr) -> AddrKey {
         let (ip, scope) = match addr {

@@ -4,18 +4,23 @@
 //! `max_overcommit` of them are *active* and receive grants; the rest wait, ordered by SRPT
 //! (fewest bytes still to receive first, then oldest). Each active message may have a
 //! window of granted-but-unreceived bytes (`max_incoming / (active + 1)` by default), and the
-//! total across all messages stays within `max_incoming`; an active message that could not
+//! total across the active messages stays within `max_incoming`; an active message that could not
 //! get its full window because of that cap is *needy* and is topped up, in SRPT order, when
 //! room appears. Activation balances peers: a waiting message from a peer with fewer active
 //! messages goes first, and a victim is taken from the peer with the most. A small share of
 //! the link (`grant_fifo_fraction`) goes to FIFO grants for the oldest message, so long
 //! messages are never starved.
 //!
-//! Two differences from the module: SRPT ranks use each message's current bytes remaining,
-//! where the module compares a copy taken when the message became active; and a peer has
+//! Three differences from the module: SRPT ranks use each message's current bytes remaining,
+//! where the module compares a copy taken when the message became active; a peer has
 //! at most `max_active_per_peer` active messages besides those in their last round trip
 //! (default 1, as in the paper's scheduler, which granted to senders rather than messages),
-//! where today's module lets one peer fill every slot.
+//! where today's module lets one peer fill every slot; and only the bytes active messages
+//! still expect count against `max_incoming`, where the module counts every message's
+//! outstanding bytes, unscheduled ones included, until they arrive. Bytes a sender was asked
+//! to resend (it went silent) are presumed lost until new ones arrive. Otherwise senders
+//! that announce messages and send nothing more (a broken or hostile host, from many ports)
+//! hold the total at the cap, and nothing is granted until their messages time out.
 
 use alloc::vec::Vec;
 
@@ -192,7 +197,10 @@ impl Grants {
         let Some(m) = r.msgin.as_mut().filter(|m| m.grantable) else { return };
         m.grantable = false;
         r.grant_managed = false;
-        self.total_incoming -= u64::from(core::mem::take(&mut m.rec_incoming));
+        if core::mem::take(&mut m.counted) {
+            self.total_incoming -= u64::from(m.rec_incoming);
+        }
+        m.rec_incoming = 0;
         if let Some(slot) = self.slot_of(rpc) {
             self.remove_active(cx, slot);
             self.promote_waiting(cx, slot);
@@ -227,6 +235,7 @@ impl Grants {
         self.active[slot] = Some(entry);
         self.needy &= !(1 << slot);
         self.num_active += 1;
+        self.recount_rpc(cx, entry.rpc, true);
     }
 
     fn remove_active(&mut self, cx: &mut GrantCx<'_>, slot: usize) {
@@ -234,6 +243,7 @@ impl Grants {
             cx.peers.get_mut(a.peer).active_grants -= 1;
             self.needy &= !(1 << slot);
             self.num_active -= 1;
+            self.recount_rpc(cx, a.rpc, false);
         }
     }
 
@@ -353,23 +363,53 @@ impl Grants {
         }
     }
 
-    /// Sets the message's share of `total_incoming` to its outstanding bytes, granted -
-    /// received (fewer than granted when the sender already sent past a grant).
-    fn recount(&mut self, metrics: &mut Metrics, m: &mut InMessage) {
+    /// Records the message's outstanding bytes, granted - received (fewer than granted when
+    /// the sender already sent past a grant), and makes them its share of `total_incoming`
+    /// if it is `active` and its sender not silent, none otherwise.
+    fn recount(&mut self, metrics: &mut Metrics, m: &mut InMessage, active: bool) {
         let incoming = m.granted.saturating_sub(m.received());
-        self.total_incoming = self.total_incoming + u64::from(incoming) - u64::from(m.rec_incoming);
-        m.rec_incoming = incoming;
+        let counts = active && !m.silent;
+        let old = if m.counted { m.rec_incoming } else { 0 };
+        let new = if counts { incoming } else { 0 };
+        self.total_incoming = self.total_incoming + u64::from(new) - u64::from(old);
+        (m.rec_incoming, m.counted) = (incoming, counts);
         metrics.peak_incoming = metrics.peak_incoming.max(self.total_incoming);
     }
 
-    /// Brings the message's share of `total_incoming` up to date (`homa_grant_update_incoming`).
-    fn update_incoming(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+    /// The sender of a message was asked to resend: what it owes no longer counts as
+    /// incoming, and others may be granted the room.
+    pub(crate) fn sender_silent(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let active = self.slot_of(rpc).is_some();
         let Some(m) = cx.rpcs.get_mut(rpc).and_then(|r| r.msgin.as_mut()) else { return };
-        if m.granted.saturating_sub(m.received()) == m.rec_incoming || !m.grantable {
+        if !m.grantable || m.silent {
             return;
         }
-        self.recount(cx.metrics, m);
-        if self.slot_of(rpc).is_none() {
+        m.silent = true;
+        self.recount(cx.metrics, m, active);
+        self.check_needy(cx);
+    }
+
+    /// Recounts a managed message that became active or stopped being active.
+    fn recount_rpc(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef, active: bool) {
+        if let Some(m) = cx.rpcs.get_mut(rpc).and_then(|r| r.msgin.as_mut()).filter(|m| m.grantable)
+        {
+            self.recount(cx.metrics, m, active);
+        }
+    }
+
+    /// Brings the message's outstanding bytes up to date (`homa_grant_update_incoming`).
+    fn update_incoming(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
+        let active = self.slot_of(rpc).is_some();
+        let Some(m) = cx.rpcs.get_mut(rpc).and_then(|r| r.msgin.as_mut()) else { return };
+        if !m.grantable {
+            return;
+        }
+        let moved = m.granted.saturating_sub(m.received()) != m.rec_incoming;
+        if !moved && m.counted == (active && !m.silent) {
+            return;
+        }
+        self.recount(cx.metrics, m, active);
+        if moved && !active {
             self.promote_rpc(cx, rpc);
         }
     }
@@ -425,7 +465,7 @@ impl Grants {
         let Some(m) = r.msgin.as_mut() else { return };
         m.granted += delta;
         m.sched_priority = priority;
-        self.recount(cx.metrics, m);
+        self.recount(cx.metrics, m, true);
         let offset = m.granted;
         let control = r.control(ControlBody::Grant { offset, priority });
         cx.metrics.granted_bytes += u64::from(delta);
