@@ -16,6 +16,7 @@ mod client;
 mod decode;
 mod encode;
 mod error;
+mod hostile;
 mod incast;
 mod logging;
 mod net;
@@ -46,6 +47,7 @@ Examples:
   homa bench throughput
   sudo homa incast
   sudo homa soak
+  sudo homa hostile
 
 Exit status: 0 on success; 1 on a runtime failure (a call failed, a socket or file could\nnot be used); 2 for bad input or usage."
 )]
@@ -64,6 +66,7 @@ enum Command {
     Bench(bench::Args),
     Incast(incast::Args),
     Soak(soak::Args),
+    Hostile(hostile::Args),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             | Command::Bench(_)
             | Command::Incast(_)
             | Command::Soak(_)
+            | Command::Hostile(_)
     ) {
         // Reuse freed message buffers instead of faulting fresh pages in for each message.
         if !homa_io::retain_freed_buffers() {
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Incast(args) => incast::run(&args),
         Command::Soak(args) => soak::run(&args),
+        Command::Hostile(args) => hostile::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -327,7 +327,7 @@ fn sample(started: Instant, completed: &AtomicU64, failed: &AtomicU64) -> Result
 }
 
 /// Bytes of malloc's blocks in use (glibc; 0 elsewhere).
-fn heap_in_use() -> u64 {
+pub(crate) fn heap_in_use() -> u64 {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallinfo2 only reads malloc's statistics.

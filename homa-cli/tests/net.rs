@@ -404,6 +404,34 @@ fn a_short_soak_loses_no_call_and_grows_nothing() {
     assert!(report["samples"].as_array().unwrap().len() >= 15, "{report}");
 }
 
+/// The short hostile run: each attack for 2 s between network namespaces; no call of the
+/// well-behaved client fails and the server's memory stays within its bound. (Its latency is
+/// reported, not judged here: a debug build on a shared machine; `sudo homa hostile` judges
+/// it.)
+#[test]
+fn hostile_peers_fail_no_call_and_stay_bounded() {
+    if !is_root() {
+        eprintln!("skipped: homa hostile makes network namespaces (run as root)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.json");
+    let p = path.to_str().unwrap();
+    let args = ["hostile", "--seconds", "2", "--max-slowdown", "1000", "--json", p];
+    let report = run_json(&args, &path);
+    assert_eq!(report["passed"], true, "{report}");
+    let phases = report["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 5, "{report}");
+    for phase in phases {
+        assert_eq!(phase["failed"], 0, "{phase}");
+        assert!(phase["calls"].as_u64().unwrap() > 10, "{phase}");
+        assert!(phase["held_bytes"].as_u64() <= report["bound_bytes"].as_u64(), "{phase}");
+    }
+    for phase in &phases[1..] {
+        assert!(phase["attacker_packets"].as_u64().unwrap() > 1000, "{phase}");
+    }
+}
+
 /// Out-of-range arguments are input errors (exit 2). Review finding: time arguments too long
 /// to add to a clock panicked (exit 101).
 #[test]
