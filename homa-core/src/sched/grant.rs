@@ -3,10 +3,10 @@
 //! Incoming messages that need more than their unscheduled bytes are *managed*: up to
 //! `max_overcommit` of them are *active* and receive grants; the rest wait, ordered by SRPT
 //! (fewest bytes still to receive first, then oldest). Each active message may have a
-//! window of granted-but-unreceived bytes (`max_incoming / (active + 1)` by default), and the
-//! total across the active messages stays within `max_incoming`; an active message that could not
-//! get its full window because of that cap is *needy* and is topped up, in SRPT order, when
-//! room appears. Activation balances peers: a waiting message from a peer with fewer active
+//! window of granted-but-unreceived bytes (`max_incoming / (active + 1)` by default), and
+//! the total across the active messages stays within `max_incoming`; an active message that
+//! could not get its full window because of that cap is *needy* and is topped up, in SRPT
+//! order, when room appears. Activation balances peers: a waiting message from a peer with fewer active
 //! messages goes first, and a victim is taken from the peer with the most. A small share of
 //! the link (`grant_fifo_fraction`) goes to FIFO grants for the oldest message, so long
 //! messages are never starved.
