@@ -301,7 +301,6 @@ fn measure(
         if elapsed >= next_sample {
             let m = server.metrics().core;
             held = held.max(m.rx_bytes + m.tx_bytes);
-
             heap = heap.max(heap_in_use().saturating_sub(heap_base));
             next_sample = elapsed + Duration::from_millis(50);
         }
@@ -354,7 +353,7 @@ fn attack_with(
     let mut id = 2u64;
     let mut buf = vec![0u8; 1500];
     while !stop.load(Ordering::Relaxed) {
-        // Paced: a batch of packets per millisecond; the flood is not.
+        // Paced to `rate` (sleeping while ahead of it); the flood is not.
         if attack != Attack::Malformed {
             let due = started.elapsed().as_secs_f64() * rate as f64;
             if (sent as f64) >= due {
@@ -362,30 +361,27 @@ fn attack_with(
                 continue;
             }
         }
-        let socket = &sockets[(sent as usize) % sockets.len()];
+        // A no-acks request is 29 packets (40,000 bytes, all unscheduled) from one port; the
+        // other attacks spread their packets over every port.
+        let offset = (sent % 29) as u32 * 1400;
+        if attack != Attack::NoAcks || offset == 0 {
+            id += 2;
+        }
+        let pick = if attack == Attack::NoAcks { id / 2 } else { sent };
+        let socket = &sockets[pick as usize % sockets.len()];
         let sport = socket.local_addr().map_or(0, |a| a.port());
         let (to, len) = match attack {
             Attack::FakeRequests => {
-                id += 2;
                 (target.server, data_packet(&mut buf, sport, SERVER_PORT, id, 1_000_000, 0, 1000))
             }
             Attack::NoAcks => {
-                // A whole request of 40,000 bytes (all of it unscheduled): 29 packets.
-                let offset = (sent % 29) as u32 * 1400;
-                if offset == 0 {
-                    id += 2;
-                }
                 let n = (40_000 - offset).min(1400) as usize;
-                let socket = &sockets[(id as usize / 2) % sockets.len()];
-                let sport = socket.local_addr().map_or(0, |a| a.port());
-                let len = data_packet(&mut buf, sport, SERVER_PORT, id, 40_000, offset, n);
-                let _ = socket.send_to(&buf[..len], target.server);
-                sent += 1;
-                continue;
+                (target.server, data_packet(&mut buf, sport, SERVER_PORT, id, 40_000, offset, n))
             }
             Attack::StrayControl => {
                 // Half to the server (ids of the attacker's choosing, as a client's), half to
-                // the client (as its server would, for the ids it uses: small even ones).
+                // the client (as its server would, for the ids of a client numbering from 2;
+                // homa-io starts each client at a random id).
                 let (to, dport, sender_id) = if sent.is_multiple_of(2) {
                     (target.server, SERVER_PORT, rng.next_u64() & !1)
                 } else {

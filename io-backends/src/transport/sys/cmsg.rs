@@ -1,6 +1,6 @@
 //! Control messages and TOS: the buffer for a datagram's control data, the TOS / traffic
-//! class of each packet (and the socket's default), the UDP GSO segment size sent and the
-//! UDP GRO segment size received.
+//! class of each packet (and the socket's default), the UDP GSO segment size sent, and the
+//! reading of received control data (the UDP GRO segment size, ICMP error reports).
 
 use std::io;
 use std::mem;
