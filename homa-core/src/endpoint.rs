@@ -1510,6 +1510,10 @@ impl Endpoint {
             x.timer.restarted_at = tick;
             x.timer.stale_until = tick + quiet;
         }
+        // Bytes it may send but has not: back in the sender's queue, which dropped it while
+        // it was receiving (fuzz finding: DATA naming a request still being sent turned it to
+        // receiving, and after this restart it sent nothing more, with no deadline).
+        self.queue_tx(r);
         self.refresh_worry(r);
     }
 
