@@ -47,22 +47,28 @@ fn lay_out(messages: &[Message]) -> (Vec<u8>, Vec<usize>) {
     (bytes, ends)
 }
 
-/// Reads `bytes` from an allocation of exactly their length, 8-aligned as a control
-/// buffer is.
+/// Reads `bytes` from an allocation of exactly their length (so the address sanitizer sees
+/// a read past them), 8-aligned as a control buffer is.
 fn read_exact(bytes: &[u8]) -> (Vec<(i32, i32, Vec<u8>)>, usize) {
-    let words = bytes.len().div_ceil(8);
-    let mut storage = vec![0u64; words];
-    // SAFETY: `storage` holds at least `bytes.len()` bytes; u64 has no invalid bytes.
-    let buf =
-        unsafe { std::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<u8>(), bytes.len()) };
-    buf.copy_from_slice(bytes);
+    let layout = std::alloc::Layout::from_size_align(bytes.len().max(1), 8).unwrap();
+    // SAFETY: the layout has a non-zero size.
+    let at = unsafe { std::alloc::alloc(layout) };
+    assert!(!at.is_null(), "out of memory");
+    // SAFETY: `at` holds `bytes.len()` bytes, all written here before they are read.
+    let buf = unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
+        std::slice::from_raw_parts(at, bytes.len())
+    };
     let read: Vec<_> = control::control_messages(buf)
         .inspect(|c| {
             let _ = control::extended_error(*c);
         })
         .map(|Cmsg { level, kind, data }| (level, kind, data.to_vec()))
         .collect();
-    (read, control::gro_segment(buf))
+    let gro = control::gro_segment(buf);
+    // SAFETY: allocated above with `layout`; `buf` is not used after this.
+    unsafe { std::alloc::dealloc(at, layout) };
+    (read, gro)
 }
 
 /// The target: see the module docs.

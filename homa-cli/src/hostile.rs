@@ -18,7 +18,6 @@ use serde_json::json;
 use crate::bench::veth::Veth;
 use crate::error::Error;
 use crate::netns::{self, Teardown, sh};
-use crate::server::{Served, serve};
 use crate::soak::heap_in_use;
 
 /// Attack a server the way broken or hostile peers do, and show that its memory stays
@@ -138,23 +137,8 @@ fn hostile(args: &Args, teardown: &Teardown) -> Result<(), Error> {
     let veth = Veth::create(teardown, 1, 1500)?;
     let attacker_ip = IpAddr::V4(Ipv4Addr::new(198, 18, 1, 3));
     sh("ip", &["-n", &veth.client_ns, "addr", "add", &format!("{attacker_ip}/24"), "dev", "eth0"])?;
-    let server_addr = SocketAddr::new(veth.server_ip, SERVER_PORT);
-    let server = Arc::new(veth.at_server(|| {
-        Socket::builder().bind(server_addr).map_err(crate::server::net_error("the server socket"))
-    })?);
-    let client = veth.at_client(|| {
-        Socket::builder()
-            .config(Config::default())
-            .client(veth.client_ip)
-            .map_err(crate::server::net_error("the client socket"))
-    })?;
-    let served = Arc::new(Served::default());
-    let servers: Vec<_> = (0..2)
-        .map(|_| {
-            let (server, served) = (Arc::clone(&server), Arc::clone(&served));
-            std::thread::spawn(move || serve(&server, &served, None))
-        })
-        .collect();
+    let echo = veth.echo(SERVER_PORT)?;
+    let (server, client, server_addr) = (&echo.server, &echo.client, echo.server.local_addr());
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -201,9 +185,9 @@ fn hostile(args: &Args, teardown: &Teardown) -> Result<(), Error> {
         }
         let mut phase = measure(
             attack.map_or("unloaded", Attack::name),
-            &client,
+            client,
             server_addr,
-            &server,
+            server,
             Duration::from_secs_f64(args.seconds),
             heap_base,
         );
@@ -226,12 +210,10 @@ fn hostile(args: &Args, teardown: &Teardown) -> Result<(), Error> {
         let _ = out.flush();
         phases.push(phase);
         // Let the server forget the attack before the next phase.
-        wait_until_idle(&server, Duration::from_secs(5));
+        wait_until_idle(server, Duration::from_secs(5));
     }
-    server.shutdown();
-    for s in servers {
-        let _ = s.join();
-    }
+    let drops = server.metrics().core.drops;
+    echo.stop();
     let idle = phases.first().map_or(Duration::ZERO, |p| p.p99);
     let failing: Vec<&Phase> = phases
         .iter()
@@ -254,7 +236,6 @@ fn hostile(args: &Args, teardown: &Teardown) -> Result<(), Error> {
         format!("FAILED: {}", names.join(", "))
     };
     let _ = writeln!(out, "{verdict}");
-    let drops = server.metrics().core.drops;
     let dropped: Vec<String> = drops
         .by_reason()
         .iter()

@@ -14,14 +14,13 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use homa_core::testnet::Rng;
-use homa_io::{Call, Config, Socket};
+use homa_io::{Call, Socket};
 use homa_sim::Workload;
 use serde_json::json;
 
 use crate::bench::veth::Veth;
 use crate::error::Error;
 use crate::netns::{self, Teardown, sh};
-use crate::server::{Served, serve};
 
 /// Run Homa for a long time under loss and report whether memory, descriptors or threads
 /// grow, and whether any call fails (root: it makes network namespaces).
@@ -112,28 +111,14 @@ fn soak(args: &Args, workload: &Workload, teardown: &Teardown) -> Result<(), Err
     for ns in [&veth.server_ns, &veth.client_ns] {
         set_loss(ns, args.loss)?;
     }
-    let server_addr = SocketAddr::new(veth.server_ip, 4000);
-    let server = Arc::new(veth.at_server(|| {
-        Socket::builder().bind(server_addr).map_err(crate::server::net_error("the server socket"))
-    })?);
-    let client = veth.at_client(|| {
-        // Loss makes calls slower, not fail: the default timeout stays.
-        Socket::builder()
-            .config(Config::default())
-            .client(veth.client_ip)
-            .map_err(crate::server::net_error("the client socket"))
-    })?;
-    let served = Arc::new(Served::default());
-    let servers: Vec<_> = (0..2)
-        .map(|_| {
-            let (server, served) = (Arc::clone(&server), Arc::clone(&served));
-            std::thread::spawn(move || serve(&server, &served, None))
-        })
-        .collect();
+    // Loss makes calls slower, not fail: the client keeps the default timeout.
+    let echo = veth.echo(4000)?;
+    let server_addr = echo.server.local_addr();
     let (completed, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let stop = Arc::new(AtomicBool::new(false));
     let load = {
         let (completed, failed, stop) = (completed.clone(), failed.clone(), stop.clone());
+        let client = Arc::clone(&echo.client);
         let sizes: Vec<u64> = sizes(workload, args.seed).take(1 << 16).collect();
         let in_flight = args.in_flight;
         std::thread::spawn(move || {
@@ -186,10 +171,7 @@ fn soak(args: &Args, workload: &Workload, teardown: &Teardown) -> Result<(), Err
     stop.store(true, Ordering::Relaxed);
     let unfinished = load.join().map_err(|_| Error::Failed("the load thread panicked".into()))?;
     let end = sample(started, &completed, &failed)?;
-    server.shutdown();
-    for s in servers {
-        let _ = s.join();
-    }
+    echo.stop();
     let loss_drops: Vec<u64> =
         [&veth.server_ns, &veth.client_ns].iter().map(|ns| drops(ns)).collect::<Result<_, _>>()?;
     let verdict = judge(&samples, args.warmup, args.max_growth / 100.0, end.failed + unfinished);

@@ -23,14 +23,11 @@ impl HostBytes {
 
     /// Adds `bytes` to the host of `addr` if its total stays within `max`.
     pub(crate) fn reserve(&mut self, addr: SocketAddr, bytes: u64, max: u64) -> bool {
-        let held = self.by_host.entry(AddrKey::host(addr)).or_insert(0);
-        if *held + bytes > max {
-            if *held == 0 {
-                self.by_host.remove(&AddrKey::host(addr));
-            }
+        let key = AddrKey::host(addr);
+        if self.by_host.get(&key).copied().unwrap_or(0) + bytes > max {
             return false;
         }
-        *held += bytes;
+        *self.by_host.entry(key).or_insert(0) += bytes;
         true
     }
 

@@ -3,10 +3,15 @@
 //! that MTU rather than loopback's. veth passes GSO batches whole, as NICs with
 //! segmentation offload do.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use homa_io::Socket;
 
 use crate::error::Error;
 use crate::netns::{self, Teardown, sh};
+use crate::server::{Served, net_error, serve};
 
 /// One link: its namespaces, the ends' addresses, its MTU.
 #[derive(Debug)]
@@ -59,5 +64,46 @@ impl Veth {
         f: impl FnOnce() -> Result<T, Error> + Send,
     ) -> Result<T, Error> {
         netns::run_in(&self.client_ns, &[], f)
+    }
+}
+
+/// An echo server at one end of a [`Veth`], served by two threads, and a client socket at
+/// the other.
+pub(crate) struct Echo {
+    pub(crate) server: Arc<Socket>,
+    pub(crate) client: Arc<Socket>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Veth {
+    /// Starts an echo server on `port` in the server's namespace and opens a client in the
+    /// client's, both with the default configuration.
+    pub(crate) fn echo(&self, port: u16) -> Result<Echo, Error> {
+        let at = SocketAddr::new(self.server_ip, port);
+        let server =
+            Arc::new(self.at_server(|| {
+                Socket::builder().bind(at).map_err(net_error("the server socket"))
+            })?);
+        let client = Arc::new(self.at_client(|| {
+            Socket::builder().client(self.client_ip).map_err(net_error("the client socket"))
+        })?);
+        let served = Arc::new(Served::default());
+        let threads = (0..2)
+            .map(|_| {
+                let (server, served) = (Arc::clone(&server), Arc::clone(&served));
+                std::thread::spawn(move || serve(&server, &served, None))
+            })
+            .collect();
+        Ok(Echo { server, client, threads })
+    }
+}
+
+impl Echo {
+    /// Shuts the server down and waits for its threads.
+    pub(crate) fn stop(self) {
+        self.server.shutdown();
+        for t in self.threads {
+            let _ = t.join();
+        }
     }
 }
