@@ -1672,7 +1672,18 @@ impl Endpoint {
         // packet is still asked for well before its RPC would fail.
         let held = self.downlink.held(tick, x.timer.held_level) - x.timer.held_at;
         let waited = (silent - held.min(silent)).max(silent.saturating_sub(timeout / 2));
-        let due = if waited < resend { 0 } else { (waited - resend) / interval + 1 };
+        // A server asks for a silent request at intervals that double (5, 10, 20, 40 ...
+        // ticks in): giving up loses nothing, as its client still holds the request and
+        // sends it again when its own RESEND draws RPC_UNKNOWN, and a host that opens
+        // thousands of requests and goes silent would otherwise draw a RESEND for each of
+        // them every interval (`homa hostile`). A client keeps asking every interval:
+        // giving up fails its call.
+        let backoff = !x.is_client() && x.state == State::Incoming;
+        let due = match (waited.checked_sub(resend), backoff) {
+            (None, _) => 0,
+            (Some(late), false) => late / interval + 1,
+            (Some(late), true) => u64::from((late / interval + 1).ilog2()) + 1,
+        };
         // One RESEND per due point, however late the driver ran this timer. A server
         // waiting for grants has nothing to ask for; it only times out.
         let may_ask = x.is_client() || x.state == State::Incoming;
@@ -1688,7 +1699,10 @@ impl Endpoint {
             }
         }
         // The next due point, if no tick holds the awaited bytes from now on.
-        let next_due = resend + due * interval;
+        let next_due = match backoff {
+            false => resend + due * interval,
+            true => resend + ((1 << due) - 1) * interval,
+        };
         self.arm(r, tick + (next_due - waited).min(timeout - silent));
     }
 

@@ -202,6 +202,30 @@ fn silent_announcements_from_many_ports_cannot_starve_another_host() {
     assert!(types.contains(&PacketType::Grant), "sent {types:?}");
 }
 
+/// A request whose client goes silent is asked for at intervals that double, not every
+/// `resend_interval`: a thousand such requests from one host draw a fifth of the RESENDs.
+/// Then the server forgets it (a real client would send it again).
+#[test]
+fn a_silent_request_is_asked_for_at_doubling_intervals() {
+    let config = Config::default();
+    let mut ep = Endpoint::new(config.clone()).unwrap();
+    ep.bind(SERVER_PORT).unwrap();
+    let attacker = SocketAddr::from(([198, 18, 0, 3], 20_000));
+    let fake = request_data_of(2, 1_000_000, 40_000, 0, 1_000);
+    ep.handle_packet(Instant::ZERO, attacker, &fake).unwrap();
+    sent_to(&mut ep, 0, attacker);
+    let mut asked = Vec::new();
+    for tick in 1..=u64::from(config.timeout_ticks) + 10 {
+        let now = tick * config.tick();
+        ep.handle_timeout(Instant::from_nanos(now));
+        if sent_to(&mut ep, now, attacker).contains(&PacketType::Resend) {
+            asked.push(tick);
+        }
+    }
+    assert_eq!(asked, [5, 10, 20, 40, 80]);
+    assert_eq!((ep.metrics().rpcs, ep.metrics().server_timeouts), (0, 1));
+}
+
 /// Responses a host never acknowledges count against it: once they fill
 /// `max_bytes_per_host`, its new requests hear BUSY, and another host's are served.
 #[test]

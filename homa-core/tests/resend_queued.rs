@@ -86,8 +86,9 @@ fn resend_ticks(awaited: Vec<Vec<u8>>, busy_ticks: u64, until: u64) -> Vec<u64> 
 fn granted_bytes_behind_a_full_downlink_are_not_asked_for_until_it_has_room() {
     // 200,000 bytes: the first 40,000 arrive, the grant for more goes out, then nothing.
     let big = request(40_000, 200_000, None);
-    // With an idle downlink: resend_ticks (5) after the silence began, then every 5.
-    assert_eq!(resend_ticks(big.clone(), 0, 16), [5, 10, 15]);
+    // With an idle downlink: resend_ticks (5) after the silence began, then after 5, 10 ...
+    // (a server's intervals double).
+    assert_eq!(resend_ticks(big.clone(), 0, 41), [5, 10, 20, 40]);
     // Busy for ticks 1 to 20: the RESENDs wait for five ticks with room (0 and 21 to 24).
     assert_eq!(resend_ticks(big, 20, 31), [25, 30]);
 }
