@@ -1,0 +1,277 @@
+//! What the endpoint sends: control packets first, then resends, then new DATA by SRPT.
+
+use crate::metrics::type_index;
+use crate::msg::PayloadSlice;
+use crate::rpc::{RpcRef, State};
+use crate::sched::tx::{Control, ControlBody, TxKey};
+use crate::time::{Instant, Nanos};
+use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
+
+use super::{BufferTooShort, Endpoint, Transmit};
+
+impl Endpoint {
+    /// Writes the next packet into `buf` and says where it goes; `None` when nothing may
+    /// be sent now. `buf` must hold [`Config::max_packet_len`] bytes: a shorter one is
+    /// refused, and nothing changes.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        let now = now.as_nanos();
+        self.check_buffer(buf)?;
+        Ok(self.transmit(now, buf, None))
+    }
+
+    /// As [`poll_transmit`](Endpoint::poll_transmit), but a DATA packet of a message longer
+    /// than one packet leaves its message bytes out: `buf[..len]` gets the headers, and the
+    /// returned slice is the rest of the packet (for a vectored send, without a copy).
+    /// Other packets are written whole.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<(Transmit, Option<PayloadSlice>)>, BufferTooShort> {
+        let now = now.as_nanos();
+        self.check_buffer(buf)?;
+        let mut slice = None;
+        Ok(self.transmit(now, buf, Some(&mut slice)).map(|t| (t, slice)))
+    }
+
+    fn check_buffer(&self, buf: &[u8]) -> Result<(), BufferTooShort> {
+        let need = self.config.max_packet_len();
+        if buf.len() < need { Err(BufferTooShort { len: buf.len(), need }) } else { Ok(()) }
+    }
+
+    /// The next packet; with `gather`, a multi-packet message's bytes go there instead of
+    /// into `buf` (see `poll_transmit_gather`). An out-parameter, not a returned slice: the
+    /// copying path then returns only a `Transmit` (BENCHMARKS.md: 118 instructions per RPC).
+    fn transmit(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        mut gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
+        self.settle_data();
+        self.advance(now);
+        if let Some(c) = self.tx.control.pop_front() {
+            return Some(self.emit_control(c, buf));
+        }
+        while let Some(&r) = self.tx.resends.front() {
+            if let Some(sent) = self.emit_resend(r, buf, gather.as_deref_mut()) {
+                return Some(sent);
+            }
+            self.tx.resends.pop_front();
+            if let Some(x) = self.rpcs.get_mut(r) {
+                x.resend_queued = false;
+            }
+        }
+        self.emit_new_data(buf, gather)
+    }
+
+    fn emit_control(&mut self, c: Control, buf: &mut [u8]) -> Transmit {
+        let body = match c.body {
+            ControlBody::Grant { offset, priority } => {
+                Body::Grant(wire::grant::Repr { offset, priority })
+            }
+            ControlBody::Resend { offset, length, priority } => {
+                Body::Resend(wire::resend::Repr { offset, length, priority })
+            }
+            ControlBody::RpcUnknown => Body::RpcUnknown,
+            ControlBody::Busy => Body::Busy,
+            ControlBody::Cutoffs { cutoffs, version } => Body::Cutoffs(wire::cutoffs::Repr {
+                unsched_cutoffs: cutoffs,
+                cutoff_version: version,
+            }),
+            ControlBody::NeedAck => Body::NeedAck,
+            ControlBody::Ack { acks, count } => Body::Ack(
+                wire::ack::Repr::new(&acks[..usize::from(count)]).expect("at most MAX_ACKS acks"),
+            ),
+        };
+        let header = header::Repr::new(body.packet_type(), c.sport, c.dport, c.id);
+        let repr = wire::Repr { header, body };
+        let len = repr.emit(buf).expect("buffer holds max_packet_len >= 80 bytes");
+        self.count_out(repr.packet_type(), len);
+        // The NIC sends control packets too: the module's qdisc counts every Homa packet.
+        self.tx.pacer.record(self.now, self.config.wire_time(self.config.wire_bytes(len)));
+        Transmit { to: c.to, len, priority: self.config.num_priorities - 1 }
+    }
+
+    /// Writes the next retransmitted packet of `r`, if it has one.
+    fn emit_resend(
+        &mut self,
+        r: RpcRef,
+        buf: &mut [u8],
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
+        let max_payload = self.max_payload;
+        let x = self.rpcs.get_mut(r)?;
+        let m = x.msgout.as_mut()?;
+        let (start, end, incoming) = m.next_resend(max_payload)?;
+        let priority = self.data_priority(r, start)?;
+        self.metrics.retransmitted_packets += 1;
+        self.emit_data(r, start, end, incoming, priority, true, buf, gather)
+    }
+
+    /// The level of `r`'s DATA packet starting at `start`: the receiver's cutoff level
+    /// for unscheduled bytes, the latest GRANT's for scheduled ones. A retransmission goes
+    /// at the level its original had, whatever the RESEND asks (the module uses the
+    /// RESEND's level, the highest for its own receivers: resent bulk data would share
+    /// the short messages' class).
+    fn data_priority(&self, r: RpcRef, start: u32) -> Option<u8> {
+        let x = self.rpcs.get(r)?;
+        let m = x.msgout.as_ref()?;
+        Some(if start < m.unscheduled {
+            self.peers.get(x.peer).unsched_priority(m.length, self.config.num_priorities)
+        } else {
+            m.sched_priority
+        })
+    }
+
+    /// Picks the message for the next new DATA packet (SRPT, with the FIFO share) and sends
+    /// one packet of it, if the pacer allows.
+    fn emit_new_data(
+        &mut self,
+        buf: &mut [u8],
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
+        let top = self.peek_sendable()?;
+        let deferrable = top.bytes_left > self.config.defer_min_bytes;
+        if deferrable && !self.tx.pacer.admit(self.now) {
+            return None;
+        }
+        let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };
+        if key == top {
+            self.tx.pop(); // requeued below with its new key if it has more to send
+        }
+        let x = self.rpcs.get(key.rpc)?;
+        let m = x.msgout.as_ref()?;
+        let start = m.next_offset;
+        let end = m.packet_end(start, self.max_payload);
+        let incoming = m.unscheduled;
+        let priority = self.data_priority(key.rpc, start)?;
+        let sent = self.emit_data(key.rpc, start, end, incoming, priority, false, buf, gather)?;
+        self.metrics.message_bytes_out += u64::from(end - start);
+        let x = self.rpcs.get_mut(key.rpc)?;
+        let m = x.msgout.as_mut()?;
+        m.next_offset = end;
+        m.sent_tick = self.tick;
+        let fully_sent = end == m.length;
+        let bytes_left = m.bytes_left();
+        let still_sendable = m.can_send_new();
+        // Queue it afresh under its new key if it has more to send (after a FIFO pick, its
+        // old entry stays in the heap and is skipped as stale).
+        x.tx_queued = false;
+        if still_sendable {
+            x.tx_queued = true;
+            self.tx.push(TxKey { bytes_left, birth: key.birth, rpc: key.rpc });
+        }
+        if fully_sent && !x.is_client() {
+            // NEED_ACK starts `request_ack_ticks` after the first tick that sees it done.
+            let done = self.tick + 1;
+            x.timer.done_tick = Some(done);
+            x.timer.asked = 0;
+            self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
+        }
+        self.refresh_worry(key.rpc);
+        Some(sent)
+    }
+
+    /// The SRPT head, after discarding stale entries. O(1) amortised.
+    pub(super) fn peek_sendable(&mut self) -> Option<TxKey> {
+        while let Some(key) = self.tx.peek() {
+            let valid = self.rpcs.get(key.rpc).and_then(|x| x.msgout.as_ref().map(|m| (x, m)));
+            match valid {
+                Some((x, m)) if x.tx_queued && m.bytes_left() == key.bytes_left => {
+                    if m.can_send_new() && x.state == State::Outgoing {
+                        return Some(key);
+                    }
+                    // Waiting for grants: leave the queue until a GRANT arrives.
+                    self.tx.pop();
+                    if let Some(x) = self.rpcs.get_mut(key.rpc) {
+                        x.tx_queued = false;
+                    }
+                }
+                _ => {
+                    self.tx.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// The oldest queued message that can send now (the pacer's FIFO pick).
+    fn oldest_sendable(&self) -> Option<TxKey> {
+        self.tx
+            .queued()
+            .filter(|k| {
+                self.rpcs.get(k.rpc).is_some_and(|x| {
+                    x.tx_queued
+                        && x.state == State::Outgoing
+                        && x.msgout
+                            .as_ref()
+                            .is_some_and(|m| m.bytes_left() == k.bytes_left && m.can_send_new())
+                })
+            })
+            .min_by_key(|k| (k.birth, k.rpc))
+    }
+
+    /// Writes one DATA packet for bytes [start, end) of `r`'s outgoing message: whole,
+    /// unless `gather` and the message is longer than one packet (for one packet a copy
+    /// costs less than sharing its bytes): then its headers, with those bytes put in
+    /// `gather`.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_data(
+        &mut self,
+        r: RpcRef,
+        start: u32,
+        end: u32,
+        incoming: u32,
+        priority: u8,
+        retransmit: bool,
+        buf: &mut [u8],
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
+        let x = self.rpcs.get_mut(r)?;
+        let m = x.msgout.as_mut()?;
+        let peer = self.peers.get_mut(x.peer);
+        let mut acks = [Ack::NONE; MAX_ACKS];
+        let ack = if peer.take_acks(1, &mut acks) == 1 { acks[0] } else { Ack::NONE };
+        let out = &mut buf[..data::HEADER_LEN];
+        let mut header = header::Repr::new(PacketType::Data, x.local_port, x.remote_port, x.id);
+        header.sequence = start;
+        header.emit(PacketType::Data, &mut header::Packet::new_unchecked(&mut *out));
+        let fields = data::Repr {
+            message_length: m.length,
+            incoming,
+            ack,
+            cutoff_version: peer.cutoff_version,
+            retransmit: u8::from(retransmit),
+            pad: [0; 3],
+            seg_offset: start,
+        };
+        fields.emit(&mut data::Packet::new_unchecked(out));
+        let len = data::HEADER_LEN + (end - start) as usize;
+        let written = match gather {
+            Some(slice) if m.length > self.max_payload => {
+                *slice = Some(PayloadSlice::new(&mut m.payload, start, end));
+                data::HEADER_LEN
+            }
+            _ => {
+                buf[data::HEADER_LEN..len]
+                    .copy_from_slice(&m.payload.as_slice()[start as usize..end as usize]);
+                len
+            }
+        };
+        let to = x.addr;
+        self.tx.pacer.record(self.now, self.config.wire_time(self.config.wire_bytes(len)));
+        self.count_out(PacketType::Data, len);
+        Some(Transmit { to, len: written, priority })
+    }
+
+    fn count_out(&mut self, t: PacketType, len: usize) {
+        let i = type_index(t);
+        self.metrics.packets_out_by_type[i] += 1;
+        self.metrics.bytes_out_by_type[i] += len as u64;
+    }
+}
