@@ -134,7 +134,7 @@ config! {
     tick_usecs: u32 = 1000, 1, u32::MAX as u64;
     /// Silent ticks before the first RESEND.
     resend_ticks: u32 = 5, 1, u32::MAX as u64;
-    /// Ticks between RESENDs.
+    /// Ticks between RESENDs; a server asking for a silent request doubles it after each.
     resend_interval: u32 = 5, 1, u32::MAX as u64;
     /// Silent ticks before an RPC is abandoned. Silence is counted in ticks the endpoint
     /// ran (a stalled process does not count the time it was stopped).
