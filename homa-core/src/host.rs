@@ -7,7 +7,7 @@ use core::net::SocketAddr;
 
 use hashbrown::HashMap;
 
-use crate::rpc::{AddrKey, Hasher};
+use crate::addr::{AddrKey, Hasher};
 
 /// Bytes held per host; a host holding none has no entry, so the map is never larger than
 /// the RPCs.

@@ -92,6 +92,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+mod addr;
 pub mod config;
 mod downlink;
 mod endpoint;

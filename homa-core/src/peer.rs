@@ -10,7 +10,7 @@ use crate::time::Nanos;
 use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 use hashbrown::HashTable;
 
-use crate::rpc::{AddrKey, Hasher};
+use crate::addr::{AddrKey, Hasher};
 
 /// Index of a peer in the [`PeerTable`].
 pub(crate) type PeerId = u32;

@@ -4,6 +4,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::net::SocketAddr;
 
+use crate::addr::Hasher;
 use crate::config::{Config, ConfigError};
 use crate::downlink::Downlink;
 use crate::error::ApiError;
@@ -11,7 +12,7 @@ use crate::host::HostBytes;
 use crate::metrics::Metrics;
 use crate::overload::Overload;
 use crate::peer::PeerTable;
-use crate::rpc::{Hasher, RpcInfo, RpcRef, RpcTable, State};
+use crate::rpc::{RpcInfo, RpcRef, RpcTable, State};
 use crate::sched::grant::{GrantCx, Grants};
 use crate::sched::tx::{Control, ControlBody, Pacer, TxKey, TxQueues};
 use crate::time::{Instant, NANOS_PER_USEC, Nanos};
@@ -421,11 +422,10 @@ impl Endpoint {
             let (id, cookie) = (x.id, x.cookie);
             let ack = Ack { client_id: id, server_port: x.remote_port };
             // A full peer flushes its acks in an ACK packet that also names this RPC.
-            let flush = self
-                .peers
-                .get_mut(x.peer)
-                .add_ack(ack)
-                .map(|acks| x.control(ControlBody::Ack { acks, count: MAX_ACKS as u8 }));
+            let flush =
+                self.peers.get_mut(x.peer).add_ack(ack).map(|acks| {
+                    Control::about(x, ControlBody::Ack { acks, count: MAX_ACKS as u8 })
+                });
             self.metrics.responses_received += 1;
             self.events.push_back(Event::ResponseReceived { id, cookie, message });
             self.end_rpc(r);

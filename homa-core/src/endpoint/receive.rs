@@ -482,7 +482,7 @@ impl Endpoint {
             cutoffs: self.config.advertised_cutoffs(),
             version: self.config.cutoff_version,
         };
-        let control = x.control(body);
+        let control = Control::about(x, body);
         self.push_control(control);
     }
 }

@@ -1,7 +1,7 @@
 //! The clock and the timers: ticks, RESENDs, timeouts, NEED_ACKs.
 
 use crate::rpc::{Rpc, RpcRef, State};
-use crate::sched::tx::ControlBody;
+use crate::sched::tx::{Control, ControlBody};
 use crate::time::{Instant, Nanos};
 
 use super::{Endpoint, FailReason, NEED_ACK_BACKOFFS};
@@ -92,7 +92,7 @@ impl Endpoint {
             }
             let mut next = first;
             if tick >= first {
-                let need_ack = x.control(ControlBody::NeedAck);
+                let need_ack = Control::about(x, ControlBody::NeedAck);
                 self.push_control(need_ack);
                 let Some(x) = self.rpcs.get_mut(r) else { return };
                 next = tick + (1 << x.timer.asked.min(NEED_ACK_BACKOFFS));
@@ -255,7 +255,7 @@ impl Endpoint {
         let mut resend = |offset, length| {
             let priority = level(offset);
             let body = ControlBody::Resend { offset, length, priority };
-            if !self.tx.push_control(x.control(body), limit) {
+            if !self.tx.push_control(Control::about(x, body), limit) {
                 self.metrics.control_overflow += 1;
             }
         };

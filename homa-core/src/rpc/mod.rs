@@ -11,16 +11,11 @@ mod table;
 use core::net::SocketAddr;
 
 pub use info::{Phase, Progress, RpcInfo};
-pub(crate) use table::{AddrKey, RpcRef, RpcTable};
+pub(crate) use table::{RpcRef, RpcTable};
 
 use crate::msg::incoming::InMessage;
 use crate::msg::outgoing::OutMessage;
 use crate::peer::PeerId;
-use crate::sched::tx::{Control, ControlBody};
-
-/// Hash state for the endpoint's maps: seeded from `Config::seed`, so runs are reproducible
-/// and peers cannot predict bucket collisions without the seed.
-pub(crate) type Hasher = foldhash::fast::FixedState;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
@@ -93,17 +88,6 @@ pub(crate) struct TimerState {
 impl Rpc {
     pub(crate) fn is_client(&self) -> bool {
         crate::wire::is_client_id(self.id)
-    }
-
-    /// A control packet about this RPC, to its peer.
-    pub(crate) fn control(&self, body: ControlBody) -> Control {
-        Control {
-            to: self.addr,
-            sport: self.local_port,
-            dport: self.remote_port,
-            id: self.id,
-            body,
-        }
     }
 
     /// Bytes held for this RPC's messages (for `wmem_max` and `max_rx_bytes` accounting).

@@ -467,7 +467,7 @@ impl Grants {
         m.sched_priority = priority;
         self.recount(cx.metrics, m, true);
         let offset = m.granted;
-        let control = r.control(ControlBody::Grant { offset, priority });
+        let control = Control::about(r, ControlBody::Grant { offset, priority });
         cx.metrics.granted_bytes += u64::from(delta);
         push_control(cx, control);
         self.granted.push(a.rpc);
@@ -537,7 +537,7 @@ impl Grants {
         m.granted = m.granted.saturating_add(increment).min(m.length);
         m.sched_priority = priority;
         let offset = m.granted;
-        let control = r.control(ControlBody::Grant { offset, priority });
+        let control = Control::about(r, ControlBody::Grant { offset, priority });
         cx.metrics.fifo_grants += 1;
         self.update_incoming(cx, rpc);
         push_control(cx, control);

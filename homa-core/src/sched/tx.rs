@@ -12,7 +12,7 @@ use alloc::collections::{BinaryHeap, VecDeque};
 use core::cmp::Reverse;
 use core::net::SocketAddr;
 
-use crate::rpc::RpcRef;
+use crate::rpc::{Rpc, RpcRef};
 use crate::time::Duration;
 use crate::time::Nanos;
 use crate::wire::{Ack, MAX_ACKS, MAX_PRIORITIES};
@@ -32,6 +32,13 @@ pub(crate) struct Control {
     /// `sender_id`: the RPC id as this endpoint knows it.
     pub(crate) id: u64,
     pub(crate) body: ControlBody,
+}
+
+impl Control {
+    /// A control packet about RPC `x`, to its peer.
+    pub(crate) fn about(x: &Rpc, body: ControlBody) -> Control {
+        Control { to: x.addr, sport: x.local_port, dport: x.remote_port, id: x.id, body }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
