@@ -26,7 +26,9 @@
 
 #![warn(missing_docs)]
 
+mod config;
 mod fabric;
+mod message;
 mod oracle;
 pub mod paper;
 #[cfg(feature = "plot")]
@@ -35,6 +37,7 @@ mod protocol;
 pub mod report;
 mod run;
 
+pub use config::{Mode, SimConfig, Stop, Tail};
 pub use fabric::{Fabric, PortKind, Topology, host_addr, host_of};
 pub use homa_core::workload::{Workload, WorkloadError};
 pub use protocol::{
@@ -43,4 +46,4 @@ pub use protocol::{
     wire_bytes_per_message, with_resend_ticks,
 };
 pub use report::Report;
-pub use run::{Mode, Progress, SimConfig, Stop, Tail, run};
+pub use run::{Progress, run};

@@ -14,8 +14,8 @@
 //! messages of many packets: on W4 and W5 ours gives 0.99-1.04x the paper's oracle p99s on
 //! average (homa-sim/RESULTS.md).
 
+use crate::message::Msg;
 use crate::report::Stats;
-use crate::run::Msg;
 
 /// A message in the oracle: what is left of it, and which arrival it is.
 #[derive(Debug, Clone, Copy)]

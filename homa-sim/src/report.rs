@@ -7,9 +7,9 @@ use homa_core::Metrics;
 use homa_core::wire::PacketType;
 use serde::Serialize;
 
+use crate::config::{Mode, SimConfig, Stop, Tail};
 use crate::fabric::{PortKind, Topology};
 use crate::paper;
-use crate::run::{Mode, SimConfig, Stop, Tail};
 use homa_core::workload::Workload;
 
 /// Bins with fewer measured messages than this are left out when picking the worst bin

@@ -1,112 +1,21 @@
 //! Running a simulation: Poisson arrivals of messages between random hosts, every host a
 //! `homa_core::Endpoint` on the fabric, and the bookkeeping of each message's completion.
 
-use homa_core::Instant;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use homa_core::testnet::Network;
-use homa_core::testnet::{App, Rng};
-use homa_core::{ApiError, Config, Endpoint, Event, Payload};
-use serde::Serialize;
+use homa_core::testnet::{App, LinkId, Network, Rng};
+use homa_core::{ApiError, Config, Endpoint, Event, Instant, Payload};
 
-use crate::fabric::{Fabric, Topology, host_addr, host_of};
+use crate::config::{Mode, SimConfig, Stop, Tail};
+use crate::fabric::{Fabric, PortKind, host_addr, host_of};
+use crate::message::Msg;
 use crate::oracle;
 use crate::protocol;
 use crate::report::{self, Report, Stats};
-use homa_core::workload::Workload;
 
 /// The Homa port every host serves on.
 const SERVER_PORT: u16 = 1;
-
-/// How messages are exchanged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// One-way messages, as in the paper: the receiver discards each request once delivered
-    /// and the sender aborts its RPC, so no response traffic exists.
-    OneWay,
-    /// Request/response: the server echoes a response as long as the request; completion is
-    /// when the response arrives.
-    Rpc,
-}
-
-/// When to stop generating measured messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stop {
-    /// Measure this many messages (after the warm-up ones).
-    Messages(u64),
-    /// Generate messages for this many nanoseconds of simulated time; those created after
-    /// the warm-up share of it are measured.
-    Duration(u64),
-}
-
-/// What happens once the measured messages have all been created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tail {
-    /// Background messages keep arriving (for at most as long again as the measurement)
-    /// while the measured ones finish, so they all finish under load.
-    Loaded,
-    /// Arrivals stop at once and the network drains, as in HomaSimulation's runs: the last
-    /// measured messages finish on an emptying network.
-    Drain,
-}
-
-/// Everything a run depends on. The same value gives the same [`Report`].
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// The fabric.
-    pub topology: Topology,
-    /// Message sizes and their probabilities.
-    pub workload: Workload,
-    /// Offered network load: the share of host link capacity used, counting every header,
-    /// Ethernet framing and GRANT packets (spec/homa-results.md §2).
-    pub load: f64,
-    /// How messages are exchanged.
-    pub mode: Mode,
-    /// When to stop creating measured messages.
-    pub stop: Stop,
-    /// Share of the run (messages or time) before measuring starts.
-    pub warmup: f64,
-    /// How measured messages finish once all are created.
-    pub tail: Tail,
-    /// Seed of all randomness: message arrivals, sizes and hosts, the endpoints, the network.
-    pub seed: u64,
-    /// Every host's endpoint configuration (its `seed` is replaced per host).
-    pub endpoint: Config,
-    /// Upper bounds of the message-size bins; empty = the paper's bins for its workloads,
-    /// bins of about 1 % of messages each otherwise.
-    pub bins: Vec<u64>,
-    /// Also run the same messages through an ideal SRPT scheduler (one-way mode only) and
-    /// report its slowdowns beside Homa's.
-    pub oracle: bool,
-}
-
-impl SimConfig {
-    /// The paper's setup for `workload` at `load`: its topology, 8 priorities and its degree of
-    /// overcommitment for the workload (4 for workloads it did not use), one-way messages.
-    pub fn paper(workload: Workload, load: f64) -> SimConfig {
-        let overcommit = protocol::paper_overcommit(workload.name()).unwrap_or(4);
-        let topology = Topology::paper();
-        let mbps = (topology.host_bps / 1_000_000) as u32;
-        let endpoint = protocol::paper_config(&workload, mbps, 8, overcommit, overcommit);
-        SimConfig {
-            topology,
-            workload,
-            load,
-            mode: Mode::OneWay,
-            stop: Stop::Messages(200_000),
-            warmup: 0.1,
-            tail: Tail::Loaded,
-            seed: 1,
-            endpoint,
-            bins: Vec::new(),
-            oracle: false,
-        }
-    }
-}
 
 /// How far a run is, for progress displays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,16 +71,6 @@ impl ZeroPayloads {
         let i = self.by_size.binary_search_by_key(&len, |z| z.len as u64).ok()?;
         Some(self.get(i))
     }
-}
-
-/// A message as created: hosts, size, creation time (ns), and whether it is measured.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Msg {
-    pub(crate) src: u32,
-    pub(crate) dst: u32,
-    pub(crate) size_index: u32,
-    pub(crate) created: u64,
-    pub(crate) measured: bool,
 }
 
 /// Work for a host other than the one whose event is being handled: forget a one-way
@@ -310,6 +209,14 @@ impl App for Driver {
 
 /// Runs a simulation. `progress` is called now and then with how far it is.
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Report, String> {
+    validate(cfg)?;
+    let mut sim = Sim::build(cfg)?;
+    let measured = sim.generate(progress);
+    sim.finish_stragglers(measured.window_ns);
+    Ok(sim.report(measured))
+}
+
+fn validate(cfg: &SimConfig) -> Result<(), String> {
     cfg.topology.validate()?;
     if !(cfg.load > 0.0 && cfg.load <= 1.0) {
         return Err(format!("load {} must be in (0, 1]", cfg.load));
@@ -321,10 +228,7 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
     if cfg.oracle && cfg.mode != Mode::OneWay {
         return Err("the SRPT oracle models one-way messages only".into());
     }
-    let topo = &cfg.topology;
-    let hosts = topo.hosts;
-    let w = &cfg.workload;
-    let longest = w.longest();
+    let longest = cfg.workload.longest();
     let max = cfg.endpoint.max_message_length;
     if longest > u64::from(max) {
         return Err(format!(
@@ -332,228 +236,293 @@ pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(&Progress)) -> Result<Repor
              max_message_length ({max})"
         ));
     }
-    let endpoints = (0..hosts)
-        .map(|i| {
-            let seed = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64);
-            Endpoint::new(Config { seed, ..cfg.endpoint.clone() }).map_err(|e| e.to_string())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let Fabric { mut net, host_up, switch_ports, .. } =
-        Fabric::build(topo, endpoints, cfg.seed ^ 0x5EED_F00D);
+    Ok(())
+}
 
-    // Offered load -> message rate, from the bytes each message puts on host links.
-    let per_msg_wire = protocol::wire_bytes_per_message(w, &cfg.endpoint, cfg.mode);
-    let link_bytes_per_ns = topo.host_bps as f64 / 8e9;
-    let per_host_rate = cfg.load * link_bytes_per_ns / per_msg_wire; // messages per ns
-    let rate = per_host_rate * hosts as f64;
+/// A simulation being run: the fabric with an endpoint at every host, and the application.
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    net: Network,
+    driver: Driver,
+    host_up: Vec<LinkId>,
+    switch_ports: Vec<(LinkId, PortKind, usize)>,
+    /// Wire bytes each message puts on host links, and the messages per ns per host that
+    /// make the offered load.
+    per_msg_wire: f64,
+    per_host_rate: f64,
+    bounds: Vec<u64>,
+}
 
-    // Idle-network time of every size, within a rack and across the spine.
-    let ideal = |src: usize, dst: usize| -> Vec<f64> {
-        w.sizes().iter().map(|&s| topo.idle_time(src, dst, &paced(s, &cfg.endpoint))).collect()
-    };
-    let ideal_local = ideal(0, 1);
-    let ideal_remote =
-        if topo.racks() > 1 { ideal(0, topo.hosts_per_rack) } else { ideal_local.clone() };
+/// What the measurement window saw.
+struct Measured {
+    window_ns: u64,
+    /// Wire bytes sent on the host uplinks and message bytes delivered in the window.
+    uplink_bytes: u64,
+    delivered: u64,
+    /// Messages created in the window.
+    created: u64,
+    /// Packet hops before the window (the links' counters restart with it).
+    hops_before: u64,
+    /// (time, uplink wire bytes since the window opened), about 100 times per window: how
+    /// steady the carried load was while measuring.
+    load_samples: Vec<(u64, u64)>,
+    /// Every message created, in order, if the oracle is to replay them.
+    arrivals: Vec<Msg>,
+}
 
-    let bounds = report::bin_bounds(cfg);
-    let mut driver = Driver {
-        mode: cfg.mode,
-        client_port: 0,
-        msgs: Vec::new(),
-        free: Vec::new(),
-        by_rpc: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(cfg.seed)),
-        pending: Vec::new(),
-        zeros: ZeroPayloads::new(w.sizes()),
-        stats: Stats::new(w, &bounds),
-        ideal_local,
-        ideal_remote,
-        hosts_per_rack: topo.hosts_per_rack as u32,
-        measured_done: 0,
-        measured_live: 0,
-        failures: 0,
-        send_errors: 0,
-        delivered_bytes: 0,
-    };
-    for h in 0..hosts {
-        let port = net.with_endpoint(h, &mut driver, |_, ep| {
-            ep.bind(SERVER_PORT).map_err(|e| e.to_string())?;
-            ep.bind_ephemeral().map_err(|e| e.to_string())
-        })?;
-        driver.client_port = port; // the same on every fresh endpoint
-    }
-    share_cutoffs(&mut net, &mut driver, hosts, &cfg.endpoint);
+impl<'a> Sim<'a> {
+    fn build(cfg: &'a SimConfig) -> Result<Sim<'a>, String> {
+        let (topo, w) = (&cfg.topology, &cfg.workload);
+        let hosts = topo.hosts;
+        let endpoints = (0..hosts)
+            .map(|i| {
+                let seed = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64);
+                Endpoint::new(Config { seed, ..cfg.endpoint.clone() }).map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let Fabric { mut net, host_up, switch_ports, .. } =
+            Fabric::build(topo, endpoints, cfg.seed ^ 0x5EED_F00D);
 
-    // Which messages are measured: by count or by creation time.
-    let (warm_msgs, measured_msgs) = match cfg.stop {
-        Stop::Messages(n) => ((n as f64 * cfg.warmup / (1.0 - cfg.warmup)).round() as u64, n),
-        Stop::Duration(_) => (0, 0),
-    };
-    let in_window = |generated: u64, t: u64| match cfg.stop {
-        Stop::Messages(_) => generated >= warm_msgs && generated < warm_msgs + measured_msgs,
-        Stop::Duration(d) => t >= (d as f64 * cfg.warmup) as u64 && t < d,
-    };
-    let generating_measured = |generated: u64, t: u64| match cfg.stop {
-        Stop::Messages(_) => generated < warm_msgs + measured_msgs,
-        Stop::Duration(d) => t < d,
-    };
-    let mut rng = Rng::new(cfg.seed);
-    let exp = |rng: &mut Rng| -(-rng.next_f64()).ln_1p() / rate;
-    let mut next = exp(&mut rng);
-    let mut generated = 0u64;
-    let mut measured_created = 0u64;
-    let mut window_start: Option<u64> = None;
-    let mut window: Option<(u64, u64, u64)> = None; // (length, uplink wire bytes, delivered)
-    let mut delivered_at_start = 0;
-    let mut last_progress = 0u64;
-    let mut loaded_until = u64::MAX;
-    let mut hops_before = 0u64;
-    let mut arrivals = Vec::new();
-    // (time, uplink wire bytes since the window opened), about 100 times per window: how
-    // steady the carried load was while measuring.
-    let mut load_samples: Vec<(u64, u64)> = Vec::new();
-    let sample_every = match cfg.stop {
-        Stop::Messages(n) => n as f64 / rate,
-        Stop::Duration(d) => d as f64 * (1.0 - cfg.warmup),
-    } / 100.0;
-    loop {
-        let t = next as u64;
-        // Move the network up to the next arrival, doing the hosts' deferred work as it comes.
-        while net.next_time().is_some_and(|nt| nt <= t) {
-            net.step(&mut driver);
-            flush(&mut net, &mut driver);
-            if net.steps - last_progress >= 1 << 16 {
-                last_progress = net.steps;
-                progress(&Progress {
-                    now: net.now(),
-                    measured_done: driver.measured_done,
-                    measured_total: measured_created.max(measured_msgs),
-                    steps: net.steps,
-                });
-            }
-        }
-        net.run_until(t, &mut driver);
-        if window.is_none()
-            && let Some(&(last, _)) = load_samples.last()
-            && (t - last) as f64 >= sample_every
-        {
-            load_samples.push((t, uplink_wire_bytes(&net, &host_up)));
-        }
-        if !generating_measured(generated, t) {
-            if window.is_none() {
-                let start = window_start.unwrap_or(t);
-                let uplink = uplink_wire_bytes(&net, &host_up);
-                load_samples.push((t, uplink));
-                let delivered = driver.delivered_bytes - delivered_at_start;
-                window = Some(((t - start).max(1), uplink, delivered));
-                loaded_until = t + (t - start);
-            }
-            let stop_arrivals = match cfg.tail {
-                Tail::Loaded => t > loaded_until,
-                Tail::Drain => true,
-            };
-            if driver.measured_live == 0 || stop_arrivals {
-                break;
-            }
-        }
-        // A new message.
-        let src = rng.below(hosts as u64) as usize;
-        let mut dst = rng.below(hosts as u64 - 1) as usize;
-        if dst >= src {
-            dst += 1;
-        }
-        let size_index = w.sample_index(rng.next_f64());
-        let measured = in_window(generated, t);
-        if measured && window_start.is_none() {
-            // Counters and peak queues start with the measurement.
-            window_start = Some(t);
-            hops_before = net.links().iter().map(|l| l.stats.packets).sum();
-            for l in 0..net.links().len() {
-                net.link_mut(l).stats = Default::default();
-            }
-            delivered_at_start = driver.delivered_bytes;
-            load_samples.push((t, 0));
-        }
-        if measured {
-            measured_created += 1;
-            driver.measured_live += 1;
-        }
-        generated += 1;
-        let msg = Msg {
-            src: src as u32,
-            dst: dst as u32,
-            size_index: size_index as u32,
-            created: t,
-            measured,
+        // Offered load -> message rate, from the bytes each message puts on host links.
+        let per_msg_wire = protocol::wire_bytes_per_message(w, &cfg.endpoint, cfg.mode);
+        let per_host_rate = cfg.load * link_bytes_per_ns(cfg) / per_msg_wire;
+
+        // Idle-network time of every size, within a rack and across the spine.
+        let ideal = |src: usize, dst: usize| -> Vec<f64> {
+            w.sizes().iter().map(|&s| topo.idle_time(src, dst, &paced(s, &cfg.endpoint))).collect()
         };
-        if cfg.oracle {
-            arrivals.push(msg);
+        let ideal_local = ideal(0, 1);
+        let ideal_remote =
+            if topo.racks() > 1 { ideal(0, topo.hosts_per_rack) } else { ideal_local.clone() };
+
+        let bounds = report::bin_bounds(cfg);
+        let mut driver = Driver {
+            mode: cfg.mode,
+            client_port: 0,
+            msgs: Vec::new(),
+            free: Vec::new(),
+            by_rpc: HashMap::with_hasher(foldhash::fast::FixedState::with_seed(cfg.seed)),
+            pending: Vec::new(),
+            zeros: ZeroPayloads::new(w.sizes()),
+            stats: Stats::new(w, &bounds),
+            ideal_local,
+            ideal_remote,
+            hosts_per_rack: topo.hosts_per_rack as u32,
+            measured_done: 0,
+            measured_live: 0,
+            failures: 0,
+            send_errors: 0,
+            delivered_bytes: 0,
+        };
+        for h in 0..hosts {
+            let port = net.with_endpoint(h, &mut driver, |_, ep| {
+                ep.bind(SERVER_PORT).map_err(|e| e.to_string())?;
+                ep.bind_ephemeral().map_err(|e| e.to_string())
+            })?;
+            driver.client_port = port; // the same on every fresh endpoint
         }
-        let i = driver.insert(msg);
-        let (payload, port) = (driver.zeros.get(size_index), driver.client_port);
-        let result =
-            net.with_endpoint(src, &mut driver, |now, ep| send(now, ep, port, dst, payload, i));
-        driver.sent(i, src, result);
-        flush(&mut net, &mut driver);
-        next += exp(&mut rng);
+        share_cutoffs(&mut net, &mut driver, hosts, &cfg.endpoint);
+        Ok(Sim { cfg, net, driver, host_up, switch_ports, per_msg_wire, per_host_rate, bounds })
     }
-    // Stragglers finish on a network that now only drains: after a loaded tail, within
-    // another window; a draining tail waits for all of them, as HomaSimulation did (RPC
-    // timeouts end any that cannot finish).
-    let (window_ns, uplink_bytes, delivered) = window.unwrap_or((1, 0, 0));
-    let limit = match cfg.tail {
-        Tail::Loaded => net.now() + window_ns,
-        Tail::Drain => u64::MAX,
-    };
-    while driver.measured_live > 0 && net.next_time().is_some_and(|t| t <= limit) {
-        net.step(&mut driver);
-        flush(&mut net, &mut driver);
+
+    /// Creates messages at Poisson arrivals until the measured ones are all created and,
+    /// with a loaded tail, while they finish (for at most as long again).
+    fn generate(&mut self, progress: &mut dyn FnMut(&Progress)) -> Measured {
+        let cfg = self.cfg;
+        let hosts = cfg.topology.hosts;
+        let rate = self.per_host_rate * hosts as f64;
+        // Which messages are measured: by count or by creation time.
+        let (warm_msgs, measured_msgs) = match cfg.stop {
+            Stop::Messages(n) => ((n as f64 * cfg.warmup / (1.0 - cfg.warmup)).round() as u64, n),
+            Stop::Duration(_) => (0, 0),
+        };
+        let in_window = |generated: u64, t: u64| match cfg.stop {
+            Stop::Messages(_) => generated >= warm_msgs && generated < warm_msgs + measured_msgs,
+            Stop::Duration(d) => t >= (d as f64 * cfg.warmup) as u64 && t < d,
+        };
+        let generating_measured = |generated: u64, t: u64| match cfg.stop {
+            Stop::Messages(_) => generated < warm_msgs + measured_msgs,
+            Stop::Duration(d) => t < d,
+        };
+        let sample_every = match cfg.stop {
+            Stop::Messages(n) => n as f64 / rate,
+            Stop::Duration(d) => d as f64 * (1.0 - cfg.warmup),
+        } / 100.0;
+        let mut rng = Rng::new(cfg.seed);
+        let exp = |rng: &mut Rng| -(-rng.next_f64()).ln_1p() / rate;
+        let mut next = exp(&mut rng);
+        let mut generated = 0u64;
+        let mut window_start: Option<u64> = None;
+        let mut window: Option<(u64, u64, u64)> = None; // (length, uplink wire bytes, delivered)
+        let mut delivered_at_start = 0;
+        let mut last_progress = 0u64;
+        let mut loaded_until = u64::MAX;
+        let mut m = Measured {
+            window_ns: 1,
+            uplink_bytes: 0,
+            delivered: 0,
+            created: 0,
+            hops_before: 0,
+            load_samples: Vec::new(),
+            arrivals: Vec::new(),
+        };
+        let (net, driver) = (&mut self.net, &mut self.driver);
+        loop {
+            let t = next as u64;
+            // Move the network up to the next arrival, doing the hosts' deferred work as it
+            // comes.
+            while net.next_time().is_some_and(|nt| nt <= t) {
+                net.step(driver);
+                flush(net, driver);
+                if net.steps - last_progress >= 1 << 16 {
+                    last_progress = net.steps;
+                    progress(&Progress {
+                        now: net.now(),
+                        measured_done: driver.measured_done,
+                        measured_total: m.created.max(measured_msgs),
+                        steps: net.steps,
+                    });
+                }
+            }
+            net.run_until(t, driver);
+            if window.is_none()
+                && let Some(&(last, _)) = m.load_samples.last()
+                && (t - last) as f64 >= sample_every
+            {
+                m.load_samples.push((t, uplink_wire_bytes(net, &self.host_up)));
+            }
+            if !generating_measured(generated, t) {
+                if window.is_none() {
+                    let start = window_start.unwrap_or(t);
+                    let uplink = uplink_wire_bytes(net, &self.host_up);
+                    m.load_samples.push((t, uplink));
+                    let delivered = driver.delivered_bytes - delivered_at_start;
+                    window = Some(((t - start).max(1), uplink, delivered));
+                    loaded_until = t + (t - start);
+                }
+                let stop_arrivals = match cfg.tail {
+                    Tail::Loaded => t > loaded_until,
+                    Tail::Drain => true,
+                };
+                if driver.measured_live == 0 || stop_arrivals {
+                    break;
+                }
+            }
+            // A new message.
+            let src = rng.below(hosts as u64) as usize;
+            let mut dst = rng.below(hosts as u64 - 1) as usize;
+            if dst >= src {
+                dst += 1;
+            }
+            let size_index = cfg.workload.sample_index(rng.next_f64());
+            let measured = in_window(generated, t);
+            if measured && window_start.is_none() {
+                // Counters and peak queues start with the measurement.
+                window_start = Some(t);
+                m.hops_before = net.links().iter().map(|l| l.stats.packets).sum();
+                for l in 0..net.links().len() {
+                    net.link_mut(l).stats = Default::default();
+                }
+                delivered_at_start = driver.delivered_bytes;
+                m.load_samples.push((t, 0));
+            }
+            if measured {
+                m.created += 1;
+                driver.measured_live += 1;
+            }
+            generated += 1;
+            let msg = Msg {
+                src: src as u32,
+                dst: dst as u32,
+                size_index: size_index as u32,
+                created: t,
+                measured,
+            };
+            if cfg.oracle {
+                m.arrivals.push(msg);
+            }
+            let i = driver.insert(msg);
+            let (payload, port) = (driver.zeros.get(size_index), driver.client_port);
+            let result =
+                net.with_endpoint(src, driver, |now, ep| send(now, ep, port, dst, payload, i));
+            driver.sent(i, src, result);
+            flush(net, driver);
+            next += exp(&mut rng);
+        }
+        (m.window_ns, m.uplink_bytes, m.delivered) = window.unwrap_or((1, 0, 0));
+        m
     }
-    let mut metrics = homa_core::Metrics::default();
-    for h in 0..hosts {
-        report::add_metrics(&mut metrics, &net.endpoint(h).metrics());
+
+    /// Stragglers finish on a network that now only drains: after a loaded tail, within
+    /// another window; a draining tail waits for all of them, as HomaSimulation did (RPC
+    /// timeouts end any that cannot finish).
+    fn finish_stragglers(&mut self, window_ns: u64) {
+        let limit = match self.cfg.tail {
+            Tail::Loaded => self.net.now() + window_ns,
+            Tail::Drain => u64::MAX,
+        };
+        while self.driver.measured_live > 0 && self.net.next_time().is_some_and(|t| t <= limit) {
+            self.net.step(&mut self.driver);
+            flush(&mut self.net, &mut self.driver);
+        }
     }
-    let ports = switch_ports
-        .iter()
-        .map(|&(l, kind, switch)| report::Port {
-            kind,
-            switch,
-            peak_queued_bytes: net.link(l).stats.peak_queued,
-            drops: net.link(l).stats.overflow_drops,
+
+    fn report(self, m: Measured) -> Report {
+        let Sim { cfg, net, driver, host_up, switch_ports, .. } = self;
+        let (hosts, w) = (cfg.topology.hosts, &cfg.workload);
+        let mut metrics = homa_core::Metrics::default();
+        for h in 0..hosts {
+            report::add_metrics(&mut metrics, &net.endpoint(h).metrics());
+        }
+        let ports = switch_ports
+            .iter()
+            .map(|&(l, kind, switch)| report::Port {
+                kind,
+                switch,
+                peak_queued_bytes: net.link(l).stats.peak_queued,
+                drops: net.link(l).stats.overflow_drops,
+            })
+            .collect();
+        let oracle = cfg.oracle.then(|| {
+            let mut stats = Stats::new(w, &self.bounds);
+            oracle::run(&m.arrivals, w.sizes(), hosts, cfg.topology.host_bps, &mut stats);
+            stats
+        });
+        let host_nic_peak =
+            host_up.iter().map(|&l| net.link(l).stats.peak_queued).max().unwrap_or(0);
+        let packet_hops = m.hops_before + net.links().iter().map(|l| l.stats.packets).sum::<u64>();
+        let link_capacity = link_bytes_per_ns(cfg) * m.window_ns as f64 * hosts as f64;
+        report::build(report::Inputs {
+            cfg,
+            stats: driver.stats,
+            oracle,
+            per_host_msgs_per_sec: self.per_host_rate * 1e9,
+            wire_bytes_per_message: self.per_msg_wire,
+            measured_load: m.uplink_bytes as f64 / link_capacity,
+            load_by_tenth: load_by_tenth(&m.load_samples, link_bytes_per_ns(cfg) * hosts as f64),
+            goodput_gbps: m.delivered as f64 * 8.0 / m.window_ns as f64 / hosts as f64,
+            window_ns: m.window_ns,
+            measured: m.created,
+            unfinished: driver.measured_live,
+            failures: driver.failures + driver.send_errors,
+            metrics,
+            ports,
+            host_nic_peak,
+            steps: net.steps,
+            packet_hops,
+            sim_end: net.now(),
         })
-        .collect();
-    let oracle = cfg.oracle.then(|| {
-        let mut stats = Stats::new(w, &bounds);
-        oracle::run(&arrivals, w.sizes(), hosts, topo.host_bps, &mut stats);
-        stats
-    });
-    let host_nic_peak = host_up.iter().map(|&l| net.link(l).stats.peak_queued).max().unwrap_or(0);
-    let packet_hops = hops_before + net.links().iter().map(|l| l.stats.packets).sum::<u64>();
-    let link_capacity = link_bytes_per_ns * window_ns as f64 * hosts as f64;
-    Ok(report::build(report::Inputs {
-        cfg,
-        stats: driver.stats,
-        oracle,
-        per_host_msgs_per_sec: per_host_rate * 1e9,
-        wire_bytes_per_message: per_msg_wire,
-        measured_load: uplink_bytes as f64 / link_capacity,
-        load_by_tenth: load_by_tenth(&load_samples, link_bytes_per_ns * hosts as f64),
-        goodput_gbps: delivered as f64 * 8.0 / window_ns as f64 / hosts as f64,
-        window_ns,
-        measured: measured_created,
-        unfinished: driver.measured_live,
-        failures: driver.failures + driver.send_errors,
-        metrics,
-        ports,
-        host_nic_peak,
-        steps: net.steps,
-        packet_hops,
-        sim_end: net.now(),
-    }))
+    }
+}
+
+/// A host link's capacity in bytes per ns.
+fn link_bytes_per_ns(cfg: &SimConfig) -> f64 {
+    cfg.topology.host_bps as f64 / 8e9
 }
 
 /// Wire bytes (headers and framing included) sent on the host uplinks since their counters
 /// were last reset.
-fn uplink_wire_bytes(net: &Network, host_up: &[usize]) -> u64 {
+fn uplink_wire_bytes(net: &Network, host_up: &[LinkId]) -> u64 {
     host_up
         .iter()
         .map(|&l| {
