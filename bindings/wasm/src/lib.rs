@@ -40,7 +40,7 @@ export type EndpointEvent =
 /** `simulate`'s options. */
 export interface SimulateOptions {
   workload?: 'w1' | 'w2' | 'w3' | 'w4' | 'w5' | { name?: string; cdf: string }; load?: number; hosts?: number; messages?: number;
-  seed?: number; oracle?: boolean; mode?: 'oneway' | 'rpc';
+  warmup?: number; bins?: number; seed?: number; oracle?: boolean; mode?: 'oneway' | 'rpc';
 }
 "#;
 

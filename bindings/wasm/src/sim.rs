@@ -8,10 +8,11 @@ use wasm_bindgen::prelude::*;
 use crate::{failure, range_error, set, type_error, value};
 
 /// Runs the simulator (homa-sim, the paper's setup): `options` picks `workload` ('w1' to
-/// 'w5', or `{ name, cdf }` with a CDF's text), `load` (0 to 1), `hosts`, `messages`, `seed`, `oracle` and `mode` ('oneway' or
-/// 'rpc'); `onProgress({ now, done, total })` is called as it goes and once at the end.
-/// Returns the report
-/// (`homa sim --json`'s object).
+/// 'w5', or `{ name, cdf }` with a CDF's text), `load` (0 to 1), `hosts`, `messages`,
+/// `warmup` (the share of the run before measuring starts, 0.1 by default), `bins` (about
+/// how many size bins to report; the paper's by default), `seed`, `oracle` and `mode`
+/// ('oneway' or 'rpc'); `onProgress({ now, done, total })` is called as it goes and once at
+/// the end. Returns the report (`homa sim --json`'s object).
 #[wasm_bindgen(unchecked_return_type = "Record<string, any>")]
 pub fn simulate(
     #[wasm_bindgen(unchecked_param_type = "SimulateOptions")] options: Object,
@@ -37,15 +38,20 @@ pub fn simulate(
     js_sys::JSON::parse(&report.to_json())
 }
 
+/// The names `simulate` takes.
+const OPTIONS: [&str; 9] =
+    ["workload", "load", "hosts", "messages", "warmup", "bins", "seed", "oracle", "mode"];
+
 /// The simulator's options (see `simulate`) as a run configuration.
 pub(crate) fn sim_config(options: &Object) -> Result<SimConfig, JsValue> {
     let Value::Map(o) = value::from_js(options, "options")? else {
         return Err(type_error("the options must be an object"));
     };
     for (name, _) in o.iter() {
-        if !["workload", "load", "hosts", "messages", "seed", "oracle", "mode"].contains(&name) {
+        if !OPTIONS.contains(&name) {
             return Err(type_error(format!(
-                "unknown option {name:?}; the options are workload, load, hosts, messages, seed, oracle, mode"
+                "unknown option {name:?}; the options are {}",
+                OPTIONS.join(", ")
             )));
         }
     }
@@ -92,6 +98,18 @@ pub(crate) fn sim_config(options: &Object) -> Result<SimConfig, JsValue> {
     let mut cfg = SimConfig::paper(workload, load);
     cfg.topology.hosts = whole("hosts", 16, 2, 1024)? as usize;
     cfg.stop = Stop::Messages(whole("messages", 2_000, 1, 10_000_000)?);
+    if let Some(warmup) = number("warmup")? {
+        if !(0.0..1.0).contains(&warmup) {
+            return Err(range_error(format!(
+                "warmup must be at least 0 and below 1, not {warmup}"
+            )));
+        }
+        cfg.warmup = warmup;
+    }
+    if number("bins")?.is_some() {
+        let bins = whole("bins", 0, 1, 1000)?;
+        cfg.bins = homa_sim::report::auto_bins(&cfg.workload, 1.0 / bins as f64);
+    }
     cfg.seed = whole("seed", 1, 0, u64::from(u32::MAX))?;
     cfg.oracle = match o.get("oracle") {
         None | Some(Value::Null) => false,

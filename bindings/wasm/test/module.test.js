@@ -107,3 +107,13 @@ test('the simulator runs in wasm: slowdown per size bin, and the oracle beside i
   assert.equal(custom.measured.completed, 300);
   assert.throws(() => homa.simulate({ workload: { cdf: '100 0.5\n' } }), (e) => e.kind === 'workload');
 });
+
+test('the simulator takes a warm-up share and a number of size bins', () => {
+  const report = homa.simulate({ workload: 'w3', load: 0.8, hosts: 16, messages: 2000, warmup: 0.8, bins: 15 });
+  assert.equal(report.warmup, 0.8);
+  assert.ok(report.bins.length >= 5 && report.bins.length <= 16, `${report.bins.length} bins`);
+  assert.equal(report.bins.reduce((n, b) => n + b.messages, 0), report.measured.completed);
+  assert.throws(() => homa.simulate({ warmup: 1 }), RangeError);
+  assert.throws(() => homa.simulate({ bins: 0 }), RangeError);
+  assert.throws(() => homa.simulate({ bins: 'many' }), TypeError);
+});
