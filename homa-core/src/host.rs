@@ -6,6 +6,7 @@
 use core::net::SocketAddr;
 
 use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 
 use crate::addr::{AddrKey, Hasher};
 
@@ -23,11 +24,14 @@ impl HostBytes {
 
     /// Adds `bytes` to the host of `addr` if its total stays within `max`.
     pub(crate) fn reserve(&mut self, addr: SocketAddr, bytes: u64, max: u64) -> bool {
-        let key = AddrKey::host(addr);
-        if self.by_host.get(&key).copied().unwrap_or(0) + bytes > max {
-            return false;
+        // One lookup: this runs for every message received.
+        match self.by_host.entry(AddrKey::host(addr)) {
+            Entry::Occupied(mut e) if *e.get() + bytes <= max => *e.get_mut() += bytes,
+            Entry::Vacant(e) if bytes <= max => {
+                e.insert(bytes);
+            }
+            _ => return false,
         }
-        *self.by_host.entry(key).or_insert(0) += bytes;
         true
     }
 
@@ -39,13 +43,13 @@ impl HostBytes {
     /// Gives back `bytes` that [`reserve`](Self::reserve) or [`hold`](Self::hold) added
     /// for `addr`.
     pub(crate) fn release(&mut self, addr: SocketAddr, bytes: u64) {
-        let key = AddrKey::host(addr);
-        if let Some(held) = self.by_host.get_mut(&key)
-            && bytes > 0
-        {
-            *held -= bytes;
-            if *held == 0 {
-                self.by_host.remove(&key);
+        if bytes == 0 {
+            return;
+        }
+        if let Entry::Occupied(mut e) = self.by_host.entry(AddrKey::host(addr)) {
+            *e.get_mut() -= bytes;
+            if *e.get() == 0 {
+                e.remove();
             }
         }
     }
