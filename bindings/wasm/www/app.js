@@ -13,7 +13,9 @@ function el(name, attrs, parent) {
   return e;
 }
 
-/** Slowdown per size bin (log scales), Homa's p50 and p99 and the oracle's p99. */
+/** Slowdown per size bin, Homa's p50 and p99 and the oracle's p99. As in the paper's
+ * figures, a bin stands at the share of messages up to its largest size (so bins of equal
+ * message counts are evenly spaced), labelled with that size; slowdown on a log scale. */
 function chart(report) {
   const svg = $('chart');
   svg.replaceChildren();
@@ -21,23 +23,28 @@ function chart(report) {
   const [w, h, left, bottom] = [800, 360, 50, 40];
   const ys = bins.flatMap((b) => [b.median, b.p99, b.oracle_p99 ?? 1]).filter((v) => v > 0);
   const ymax = Math.max(2, ...ys);
-  const xmin = Math.log10(bins[0].upper);
-  const xmax = Math.max(xmin + 1, Math.log10(bins.at(-1).upper));
-  const x = (size) => left + ((Math.log10(size) - xmin) / (xmax - xmin)) * (w - left - 10);
+  const x = (b) => left + b.cum_fraction * (w - left - 10);
   const y = (s) => h - bottom - (Math.log10(Math.max(1, s)) / Math.log10(ymax)) * (h - bottom - 10);
+  const size = (n) => n < 1e3 ? `${n} B` : n < 1e6 ? `${+(n / 1e3).toPrecision(2)} KB` : `${+(n / 1e6).toPrecision(2)} MB`;
   el('line', { x1: left, y1: h - bottom, x2: w - 10, y2: h - bottom, stroke: '#999' }, svg);
   el('line', { x1: left, y1: 10, x2: left, y2: h - bottom, stroke: '#999' }, svg);
-  for (let p = Math.ceil(xmin); p <= xmax; p++) {
-    el('text', { x: x(10 ** p), y: h - bottom + 18, 'text-anchor': 'middle', 'font-size': 12 }, svg).textContent =
-      p >= 6 ? `${10 ** (p - 6)} MB` : p >= 3 ? `${10 ** (p - 3)} KB` : `${10 ** p} B`;
+  let labelled = Infinity; // from the largest size down, so the last bin is always named
+  for (const b of [...bins].reverse()) {
+    if (labelled - x(b) < 45) continue;
+    labelled = x(b);
+    const anchor = x(b) > w - 40 ? 'end' : 'middle';
+    el('text', { x: x(b), y: h - bottom + 18, 'text-anchor': anchor, 'font-size': 12 }, svg).textContent = size(b.upper);
   }
   for (const s of [1, 2, 5, 10, 20, 50, 100].filter((s) => s <= ymax)) {
     el('text', { x: left - 6, y: y(s) + 4, 'text-anchor': 'end', 'font-size': 12 }, svg).textContent = s;
   }
-  el('text', { x: w / 2, y: h - 4, 'text-anchor': 'middle', 'font-size': 12 }, svg).textContent = 'message size';
+  el('text', { x: w / 2, y: h - 4, 'text-anchor': 'middle', 'font-size': 12 }, svg).textContent =
+    'message size (placed by the share of messages up to it)';
   for (const [key, color, cls] of [['median', '#1f77b4', 'homa50'], ['p99', '#d62728', 'homa99'], ['oracle_p99', '#2ca02c', 'oracle99']]) {
-    const pts = bins.filter((b) => b[key] > 0).map((b) => `${x(b.upper).toFixed(1)},${y(b[key]).toFixed(1)}`);
+    const shown = bins.filter((b) => b[key] > 0);
+    const pts = shown.map((b) => `${x(b).toFixed(1)},${y(b[key]).toFixed(1)}`);
     el('polyline', { points: pts.join(' '), fill: 'none', stroke: color, 'stroke-width': 2, class: `series ${cls}`, 'data-points': pts.length }, svg);
+    for (const b of shown) el('circle', { cx: x(b), cy: y(b[key]), r: 3, fill: color }, svg);
   }
   svg.dataset.bins = bins.length;
 }
