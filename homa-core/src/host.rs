@@ -5,53 +5,93 @@
 
 use core::net::SocketAddr;
 
+use alloc::vec::Vec;
 use hashbrown::HashMap;
-use hashbrown::hash_map::Entry;
 
 use crate::addr::{AddrKey, Hasher};
 
-/// Bytes held per host; a host holding none has no entry, so the map is never larger than
-/// the RPCs.
+/// Index of a host in [`HostBytes`]; each peer keeps its host's, so counting bytes for a
+/// message costs no lookup.
+pub(crate) type HostId = u32;
+
+#[derive(Debug, Clone, Copy)]
+struct Host {
+    bytes: u64,
+    /// Peers of this host in the peer table: the entry goes with the last.
+    peers: u32,
+    key: AddrKey,
+}
+
+/// Bytes held per host, for the hosts of the peers known.
 #[derive(Debug)]
 pub(crate) struct HostBytes {
-    by_host: HashMap<AddrKey, u64, Hasher>,
+    slots: Vec<Host>,
+    free: Vec<HostId>,
+    index: HashMap<AddrKey, HostId, Hasher>,
 }
 
 impl HostBytes {
     pub(crate) fn new(hasher: Hasher) -> HostBytes {
-        HostBytes { by_host: HashMap::with_hasher(hasher) }
+        HostBytes { slots: Vec::new(), free: Vec::new(), index: HashMap::with_hasher(hasher) }
     }
 
-    /// Adds `bytes` to the host of `addr` if its total stays within `max`.
-    pub(crate) fn reserve(&mut self, addr: SocketAddr, bytes: u64, max: u64) -> bool {
-        // One lookup: this runs for every message received.
-        match self.by_host.entry(AddrKey::host(addr)) {
-            Entry::Occupied(mut e) if *e.get() + bytes <= max => *e.get_mut() += bytes,
-            Entry::Vacant(e) if bytes <= max => {
-                e.insert(bytes);
-            }
-            _ => return false,
+    /// The host of a new peer at `addr`, counted as one of its peers.
+    pub(crate) fn attach(&mut self, addr: SocketAddr) -> HostId {
+        let key = AddrKey::host(addr);
+        if let Some(&id) = self.index.get(&key) {
+            self.slots[id as usize].peers += 1;
+            return id;
         }
+        let host = Host { bytes: 0, peers: 1, key };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = host;
+                id
+            }
+            None => {
+                self.slots.push(host);
+                (self.slots.len() - 1) as HostId
+            }
+        };
+        self.index.insert(key, id);
+        id
+    }
+
+    /// A peer of host `id` is forgotten; the host goes with its last peer. (A peer is
+    /// forgotten only without RPCs, so its host's last peer leaves no bytes behind.)
+    pub(crate) fn detach(&mut self, id: HostId) {
+        let host = &mut self.slots[id as usize];
+        host.peers -= 1;
+        if host.peers == 0 {
+            debug_assert_eq!(host.bytes, 0, "a host's last peer went with bytes held");
+            self.index.remove(&host.key);
+            self.free.push(id);
+        }
+    }
+
+    /// Adds `bytes` to host `id` if its total stays within `max`.
+    pub(crate) fn reserve(&mut self, id: HostId, bytes: u64, max: u64) -> bool {
+        let held = &mut self.slots[id as usize].bytes;
+        if *held + bytes > max {
+            return false;
+        }
+        *held += bytes;
         true
     }
 
-    /// Adds `bytes` to the host of `addr`, whatever it holds already.
-    pub(crate) fn hold(&mut self, addr: SocketAddr, bytes: u64) {
-        *self.by_host.entry(AddrKey::host(addr)).or_insert(0) += bytes;
+    /// Adds `bytes` to host `id`, whatever it holds already.
+    pub(crate) fn hold(&mut self, id: HostId, bytes: u64) {
+        self.slots[id as usize].bytes += bytes;
     }
 
-    /// Gives back `bytes` that [`reserve`](Self::reserve) or [`hold`](Self::hold) added
-    /// for `addr`.
-    pub(crate) fn release(&mut self, addr: SocketAddr, bytes: u64) {
-        if bytes == 0 {
-            return;
-        }
-        if let Entry::Occupied(mut e) = self.by_host.entry(AddrKey::host(addr)) {
-            *e.get_mut() -= bytes;
-            if *e.get() == 0 {
-                e.remove();
-            }
-        }
+    /// Gives back `bytes` that [`reserve`](Self::reserve) or [`hold`](Self::hold) added.
+    pub(crate) fn release(&mut self, id: HostId, bytes: u64) {
+        self.slots[id as usize].bytes -= bytes;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
     }
 }
 
@@ -60,20 +100,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ports_of_one_host_share_its_bound_and_entries_go_when_empty() {
+    fn ports_of_one_host_share_its_bound_and_entries_go_with_the_last_peer() {
         let mut h = HostBytes::new(Hasher::with_seed(1));
         let port = |p| SocketAddr::from(([198, 18, 0, 3], p));
-        assert!(h.reserve(port(1), 600, 1000));
-        assert!(!h.reserve(port(2), 600, 1000), "another port of the same host");
-        assert!(h.reserve(SocketAddr::from(([198, 18, 0, 4], 2)), 600, 1000), "another host");
-        assert!(!h.reserve(port(3), 2000, 1000));
-        h.hold(port(3), 400);
-        assert!(!h.reserve(port(3), 1, 1000), "what it holds counts");
-        h.release(port(3), 400);
-        h.release(port(1), 600);
-        assert!(h.reserve(port(2), 1000, 1000));
-        h.release(port(2), 1000);
-        h.release(SocketAddr::from(([198, 18, 0, 4], 2)), 600);
-        assert!(h.by_host.is_empty());
+        let (a, b) = (h.attach(port(1)), h.attach(port(2)));
+        let other = h.attach(SocketAddr::from(([198, 18, 0, 4], 2)));
+        assert_eq!(a, b, "two ports, one host");
+        assert_ne!(a, other);
+        assert!(h.reserve(a, 600, 1000));
+        assert!(!h.reserve(b, 600, 1000), "another port of the same host");
+        assert!(h.reserve(other, 600, 1000), "another host");
+        h.hold(b, 400);
+        assert!(!h.reserve(a, 1, 1000), "what it holds counts");
+        h.release(b, 400);
+        h.release(a, 600);
+        assert!(h.reserve(b, 1000, 1000));
+        h.release(b, 1000);
+        h.release(other, 600);
+        h.detach(a);
+        assert_eq!(h.len(), 2, "one peer of the host is left");
+        h.detach(b);
+        h.detach(other);
+        assert_eq!(h.len(), 0);
+        assert_eq!(h.attach(port(3)), other, "a freed slot is reused");
     }
 }

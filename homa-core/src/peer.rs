@@ -11,6 +11,7 @@ use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 use hashbrown::HashTable;
 
 use crate::addr::{AddrKey, Hasher};
+use crate::host::{HostBytes, HostId};
 
 /// Index of a peer in the [`PeerTable`].
 pub(crate) type PeerId = u32;
@@ -47,6 +48,8 @@ pub(crate) struct Peer {
     /// queued at the sender, not lost) adds one, up to `MAX_PATIENCE`; resent bytes that
     /// fill a hole (a loss after all) set it back to 0.
     pub(crate) patience: u8,
+    /// The peer's host in `PeerTable::hosts`.
+    pub(crate) host: HostId,
     /// Client RPCs finished but not yet acknowledged to this (server) peer.
     acks: [Ack; MAX_ACKS],
 }
@@ -61,7 +64,7 @@ const _: () = {
 };
 
 impl Peer {
-    fn new(key: AddrKey, now: Nanos) -> Peer {
+    fn new(key: AddrKey, host: HostId, now: Nanos) -> Peer {
         // Until the peer sends CUTOFFS, all unscheduled data goes one level below control
         // packets, as the module does (`homa_peer_alloc`).
         let mut cutoffs = [0; MAX_PRIORITIES as usize];
@@ -80,6 +83,7 @@ impl Peer {
             last_used: now,
             heard: 0,
             patience: 0,
+            host,
         }
     }
 
@@ -134,6 +138,8 @@ pub(crate) struct PeerTable {
     index: HashTable<PeerId>,
     hasher: Hasher,
     max: usize,
+    /// What each known peer's host makes the endpoint hold (`max_bytes_per_host`).
+    pub(crate) hosts: HostBytes,
 }
 
 impl PeerTable {
@@ -142,6 +148,7 @@ impl PeerTable {
             slots: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
+            hosts: HostBytes::new(hasher.clone()),
             hasher,
             max: max as usize,
         }
@@ -171,7 +178,7 @@ impl PeerTable {
         if self.index.len() >= self.max {
             self.evict_idle()?;
         }
-        let peer = Peer::new(key, now);
+        let peer = Peer::new(key, self.hosts.attach(addr), now);
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = peer;
@@ -203,6 +210,7 @@ impl PeerTable {
             .map(|(id, p)| (id, p.key))?;
         let entry = self.index.find_entry(self.hasher.hash_one(key), |&i| i == id);
         entry.ok()?.remove();
+        self.hosts.detach(self.slots[id as usize].host);
         self.free.push(id);
         Some(())
     }
@@ -239,7 +247,7 @@ mod tests {
 
     #[test]
     fn unscheduled_priority_defaults_and_cutoffs() {
-        let mut p = Peer::new(AddrKey::from(addr(1)), 0);
+        let mut p = Peer::new(AddrKey::from(addr(1)), 0, 0);
         assert_eq!(p.unsched_priority(100, 8), 6);
         assert_eq!(p.unsched_priority(1_000_000, 8), 6);
         assert_eq!(p.unsched_priority(100, 4), 0);
@@ -258,7 +266,7 @@ mod tests {
 
     #[test]
     fn sixth_ack_flushes_five() {
-        let mut p = Peer::new(AddrKey::from(addr(1)), 0);
+        let mut p = Peer::new(AddrKey::from(addr(1)), 0, 0);
         for i in 1..=5 {
             assert_eq!(p.add_ack(Ack { client_id: 2 * i, server_port: 1 }), None);
         }
@@ -281,6 +289,8 @@ mod tests {
         assert_eq!(c, b, "the idle peer's slot is reused");
         assert_eq!(t.find(addr(2)), None);
         assert_eq!(t.len(), 2);
+        assert_eq!(t.hosts.len(), 2, "the forgotten peer's host went with it");
+        assert_ne!(t.get(a).host, t.get(c).host);
     }
 
     /// Review finding: acks waiting for a peer we never send to again pinned it, so after

@@ -85,9 +85,9 @@ impl Endpoint {
         self.advance(now);
         let x = self.rpcs.get_mut(r).ok_or(ApiError::UnknownRpc(rpc.id))?;
         x.state = State::Outgoing;
-        let client = x.addr;
+        let host = self.peers.get(x.peer).host;
         self.tx_bytes += payload.len() as u64;
-        self.host_bytes.hold(client, payload.len() as u64);
+        self.peers.hosts.hold(host, payload.len() as u64);
         self.next_birth += 1;
         x.msgout = Some(OutMessage::new(payload, self.config.unsched_bytes, self.next_birth));
         self.queue_tx(r);

@@ -118,8 +118,8 @@ impl Endpoint {
             let Some(x) = self.rpcs.get_mut(r) else { return };
             let partial = x.msgin.take().map_or(0, |m| m.length);
             x.state = State::Outgoing;
-            let from = x.addr;
-            self.release_rx(from, u64::from(partial));
+            let peer = x.peer;
+            self.release_rx(peer, u64::from(partial));
         }
         let Some(x) = self.rpcs.get_mut(r) else { return };
         if x.state != State::Outgoing {

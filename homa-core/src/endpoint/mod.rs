@@ -8,7 +8,6 @@ use crate::addr::Hasher;
 use crate::config::{Config, ConfigError};
 use crate::downlink::Downlink;
 use crate::error::ApiError;
-use crate::host::HostBytes;
 use crate::metrics::Metrics;
 use crate::overload::Overload;
 use crate::peer::PeerTable;
@@ -170,9 +169,6 @@ pub struct Endpoint {
     events: VecDeque<Event>,
     metrics: Metrics,
     rx_bytes: u64,
-    /// What each host makes us hold (`max_bytes_per_host`): its messages being received
-    /// and the responses to its requests.
-    host_bytes: HostBytes,
     /// Bytes of delivered messages the application still holds (`set_lent_bytes`).
     lent_bytes: u64,
     tx_bytes: u64,
@@ -220,8 +216,7 @@ impl Endpoint {
             next_client_id: config.first_client_id,
             next_birth: 0,
             rpcs: RpcTable::new(hasher.clone()),
-            peers: PeerTable::new(config.max_peers, hasher.clone()),
-            host_bytes: HostBytes::new(hasher),
+            peers: PeerTable::new(config.max_peers, hasher),
             grants: Grants::new(&config),
             downlink: Downlink::new(&config),
             overload: Overload::default(),
@@ -412,8 +407,8 @@ impl Endpoint {
     fn deliver(&mut self, r: RpcRef) {
         let Some(x) = self.rpcs.get_mut(r) else { return };
         let Some(m) = x.msgin.take() else { return };
-        let from = x.addr;
-        self.release_rx(from, u64::from(m.length));
+        let peer = x.peer;
+        self.release_rx(peer, u64::from(m.length));
         let Some(x) = self.rpcs.get_mut(r) else { return };
         self.metrics.message_bytes_in += u64::from(m.length);
         let message = m.buf;
@@ -463,12 +458,12 @@ impl Endpoint {
         }
         let Some(x) = self.rpcs.get(r) else { return };
         let (rx, tx, peer, client) = (x.rx_bytes(), x.tx_bytes(), x.peer, x.is_client());
-        let from = x.addr;
         self.rpcs.remove(r);
-        self.release_rx(from, rx);
+        self.release_rx(peer, rx);
         self.tx_bytes -= tx;
         if !client {
-            self.host_bytes.release(from, tx);
+            let host = self.peers.get(peer).host;
+            self.peers.hosts.release(host, tx);
         }
         let p = self.peers.get_mut(peer);
         p.rpcs -= 1;

@@ -298,8 +298,8 @@ impl Endpoint {
         // A client's first response packet creates the incoming message.
         let Some(x) = self.rpcs.get(r) else { return true };
         if x.is_client() && x.state == State::Outgoing {
-            // Counted for the host the request went to, where `release_rx` finds it.
-            if !self.reserve_rx(x.addr, d.message_length) {
+            // Counted for the server's host.
+            if !self.reserve_rx(x.peer, d.message_length) {
                 // The response waits for memory: the server is alive, and our RESENDs
                 // ask for it again later.
                 self.reset_silence(r);
@@ -418,7 +418,7 @@ impl Endpoint {
             self.metrics.drops.rpc_limit += 1;
             return Err(NoRpc::Limit);
         }
-        if !self.reserve_rx(from, d.message_length) {
+        if !self.reserve_rx(peer, d.message_length) {
             return Err(NoRpc::Memory);
         }
         let birth = self.birth();
@@ -443,14 +443,15 @@ impl Endpoint {
         }))
     }
 
-    /// Reserves reassembly memory for a new message from `from`, or counts the drop.
-    fn reserve_rx(&mut self, from: SocketAddr, length: u32) -> bool {
+    /// Reserves reassembly memory for a new message from `peer`, or counts the drop.
+    fn reserve_rx(&mut self, peer: PeerId, length: u32) -> bool {
         let length = u64::from(length);
         if self.rx_bytes + self.lent_bytes + length > self.config.max_rx_bytes {
             self.metrics.drops.rx_memory += 1;
             return false;
         }
-        if !self.host_bytes.reserve(from, length, self.config.max_bytes_per_host) {
+        let host = self.peers.get(peer).host;
+        if !self.peers.hosts.reserve(host, length, self.config.max_bytes_per_host) {
             self.metrics.drops.host_memory += 1;
             return false;
         }
@@ -459,9 +460,10 @@ impl Endpoint {
     }
 
     /// Gives back what [`reserve_rx`](Self::reserve_rx) reserved.
-    pub(super) fn release_rx(&mut self, from: SocketAddr, length: u64) {
+    pub(super) fn release_rx(&mut self, peer: PeerId, length: u64) {
         self.rx_bytes -= length;
-        self.host_bytes.release(from, length);
+        let host = self.peers.get(peer).host;
+        self.peers.hosts.release(host, length);
     }
 
     pub(super) fn birth(&mut self) -> u64 {
