@@ -34,13 +34,14 @@ A server and a client run in this process, in two network namespaces joined by a
 (MTU 1500, addresses from 198.18.0.0/15), removed at the end and on SIGINT or SIGTERM. nftables \
 drops --loss % of the packets entering each namespace at random. The client keeps --in-flight \
 calls going, each of a size drawn from --workload (cut at 1,000,000 bytes), and starts the next \
-as one completes. Every --sample seconds a line gives the calls completed and failed, and the \
-process's heap in use (malloc's live blocks), resident memory, open descriptors and threads. \
-The run passes (exit 0) when no call failed and, after --warmup, the heap in use over the \
-second half of the samples averaged at most --max-growth % above the first half's, and descriptors and \
-threads did not grow. (Resident memory is reported, not judged: malloc keeps freed memory, so \
-it follows the highest total of message bytes in flight so far, which random sizes raise now \
-and then however long the run.)")]
+as one completes. Every --sample seconds a line gives the calls completed and failed, the \
+process's heap in use (malloc's live blocks), its resident memory once malloc has given back \
+the free memory it keeps (malloc_trim; \"kept\" says how much that was), open descriptors and \
+threads. The run passes (exit 0) when no call failed and, after --warmup, the heap in use and \
+the resident memory over the second half of the samples averaged at most --max-growth % above \
+the first half's, and descriptors and threads did not grow. (Untrimmed, resident memory \
+follows the highest total of message bytes in flight so far, which random sizes raise now and \
+then however long the run: malloc keeps freed buffers for the next messages.)")]
 pub(crate) struct Args {
     /// Seconds to run.
     #[arg(long, default_value_t = 1800.0)]
@@ -57,7 +58,7 @@ pub(crate) struct Args {
     /// Message sizes: w1..w5, or a CDF file (cut at 1,000,000 bytes).
     #[arg(long, default_value = "w4")]
     workload: String,
-    /// Percent the heap in use may grow after the warm-up (see below).
+    /// Percent the heap in use and resident memory may grow after the warm-up (see below).
     #[arg(long, default_value_t = 5.0)]
     max_growth: f64,
     /// Seconds between samples.
@@ -83,12 +84,16 @@ struct Sample {
     completed: u64,
     failed: u64,
     heap: u64,
+    /// Resident memory once malloc gave back the free memory it kept.
     rss: u64,
+    /// What that gave back: freed memory malloc kept since the previous sample.
+    kept: u64,
     fds: u64,
     threads: u64,
 }
 
 pub(crate) fn run(args: &Args) -> Result<(), Error> {
+    crate::logging::init(0, "warn"); // a failed call says why
     if !netns::is_root() {
         return Err(Error::Input("homa soak makes network namespaces: run it as root".into()));
     }
@@ -131,12 +136,13 @@ fn soak(args: &Args, workload: &Workload, teardown: &Teardown) -> Result<(), Err
     let line = |out: &mut std::io::StdoutLock<'_>, s: &Sample| {
         let _ = writeln!(
             out,
-            "{:>8.0} s {:>12} {:>8} {:>10.1} {:>10.1} {:>6} {:>8}",
+            "{:>8.0} s {:>12} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>6} {:>8}",
             s.at,
             s.completed,
             s.failed,
             s.heap as f64 / 1e6,
             s.rss as f64 / 1e6,
+            s.kept as f64 / 1e6,
             s.fds,
             s.threads
         );
@@ -152,8 +158,8 @@ fn soak(args: &Args, workload: &Workload, teardown: &Teardown) -> Result<(), Err
     );
     let _ = writeln!(
         out,
-        "{:>10} {:>12} {:>8} {:>10} {:>10} {:>6} {:>8}",
-        "time", "completed", "failed", "heap MB", "RSS MB", "fds", "threads"
+        "{:>10} {:>12} {:>8} {:>10} {:>10} {:>10} {:>6} {:>8}",
+        "time", "completed", "failed", "heap MB", "RSS MB", "kept MB", "fds", "threads"
     );
     let total = Duration::from_secs_f64(args.duration);
     let every = Duration::from_secs_f64(args.sample);
@@ -193,13 +199,14 @@ fn soak(args: &Args, workload: &Workload, teardown: &Teardown) -> Result<(), Err
             "warmup_s": args.warmup,
             "samples": samples.iter().map(|s| json!({
                 "at_s": s.at, "completed": s.completed, "failed": s.failed,
-                "heap_bytes": s.heap, "rss_bytes": s.rss, "fds": s.fds, "threads": s.threads,
+                "heap_bytes": s.heap, "rss_bytes": s.rss, "kept_bytes": s.kept, "fds": s.fds, "threads": s.threads,
             })).collect::<Vec<_>>(),
             "completed": end.completed,
             "failed": end.failed,
             "unfinished": unfinished,
             "loss_drops": loss_drops.iter().sum::<u64>(),
-            "heap_growth": verdict.growth,
+            "heap_growth": verdict.heap_growth,
+            "rss_growth": verdict.rss_growth,
             "passed": verdict.passed(),
         });
         crate::bench::write_json(path, &report)?;
@@ -285,10 +292,16 @@ fn sizes(workload: &Workload, seed: u64) -> impl Iterator<Item = u64> + '_ {
 fn sample(started: Instant, completed: &AtomicU64, failed: &AtomicU64) -> Result<Sample, Error> {
     let read =
         |path: &str| std::fs::read_to_string(path).map_err(Error::io(format!("reading {path}")));
-    let statm = read("/proc/self/statm")?;
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf only reads a configuration value.
-    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let rss = || -> Result<u64, Error> {
+        let statm = read("/proc/self/statm")?;
+        let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        // SAFETY: sysconf only reads a configuration value.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        Ok(pages * page)
+    };
+    let held = rss()?;
+    give_back_free_memory();
+    let rss = rss()?;
     let status = read("/proc/self/status")?;
     let threads = status
         .lines()
@@ -302,10 +315,21 @@ fn sample(started: Instant, completed: &AtomicU64, failed: &AtomicU64) -> Result
         completed: completed.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
         heap: heap_in_use(),
-        rss: pages * page,
+        rss,
+        kept: held.saturating_sub(rss),
         fds: fds as u64,
         threads,
     })
+}
+
+/// Makes malloc give the free memory it keeps back to the kernel (glibc; nothing elsewhere),
+/// so that resident memory shows what the process uses, not the most it ever used.
+fn give_back_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages; it takes malloc's own locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Bytes of malloc's blocks in use (glibc; 0 elsewhere).
@@ -327,7 +351,9 @@ struct Verdict {
     failures: u64,
     /// After the warm-up: the mean heap in use over the second half of the samples,
     /// relative to the first half's, less one.
-    growth: f64,
+    heap_growth: f64,
+    /// The same for resident memory.
+    rss_growth: f64,
     /// Descriptors or threads grew after the warm-up.
     grew: bool,
     /// Fewer than two samples after the warm-up.
@@ -338,7 +364,10 @@ struct Verdict {
 
 impl Verdict {
     fn passed(&self) -> bool {
-        self.failures == 0 && self.growth <= self.max_growth && !self.grew && !self.unjudged
+        self.failures == 0
+            && self.heap_growth.max(self.rss_growth) <= self.max_growth
+            && !self.grew
+            && !self.unjudged
     }
 
     fn describe(&self) -> String {
@@ -346,11 +375,12 @@ impl Verdict {
             return "fewer than two samples after the warm-up: run longer".into();
         }
         format!(
-            "{}: {} failed calls, heap in use {:+.1} % after the warm-up (at most {:.0} %), \
-             descriptors and threads {}",
+            "{}: {} failed calls, heap in use {:+.1} % and resident memory {:+.1} % after the \
+             warm-up (at most {:.0} %), descriptors and threads {}",
             if self.passed() { "passed" } else { "FAILED" },
             self.failures,
-            self.growth * 100.0,
+            self.heap_growth * 100.0,
+            self.rss_growth * 100.0,
             self.max_growth * 100.0,
             if self.grew { "grew" } else { "steady" }
         )
@@ -360,13 +390,17 @@ impl Verdict {
 fn judge(samples: &[Sample], warmup: f64, max_growth: f64, failures: u64) -> Verdict {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.at >= warmup).collect();
     let Some(first) = after.first().filter(|_| after.len() >= 2) else {
-        return Verdict { failures, growth: 0.0, grew: false, unjudged: true, max_growth };
+        let (heap_growth, rss_growth, grew, unjudged) = (0.0, 0.0, false, true);
+        return Verdict { failures, heap_growth, rss_growth, grew, unjudged, max_growth };
     };
-    let mean = |s: &[&Sample]| s.iter().map(|s| s.heap as f64).sum::<f64>() / s.len() as f64;
     let (early, late) = after.split_at(after.len() / 2);
-    let growth = mean(late) / mean(early).max(1.0) - 1.0;
+    let growth = |of: fn(&Sample) -> u64| {
+        let mean = |s: &[&Sample]| s.iter().map(|s| of(s) as f64).sum::<f64>() / s.len() as f64;
+        mean(late) / mean(early).max(1.0) - 1.0
+    };
+    let (heap_growth, rss_growth) = (growth(|s| s.heap), growth(|s| s.rss));
     let grew = after.iter().any(|s| s.fds > first.fds || s.threads > first.threads);
-    Verdict { failures, growth, grew, unjudged: false, max_growth }
+    Verdict { failures, heap_growth, rss_growth, grew, unjudged: false, max_growth }
 }
 
 /// Drops `percent` % of the UDP packets (Homa's, here) arriving in namespace `ns`, with a
