@@ -43,7 +43,7 @@ pub enum Tail {
     Drain,
 }
 
-/// Everything a run depends on. The same value gives the same [`Report`].
+/// Everything a run depends on. The same value gives the same [`Report`](crate::Report).
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// The fabric.

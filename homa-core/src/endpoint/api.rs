@@ -14,8 +14,8 @@ use super::{Endpoint, FailReason, ServerRpc};
 
 impl Endpoint {
     /// Starts an RPC: sends `message` from local port `port` to Homa port `dest_port` at
-    /// `dest`. Returns the RPC's id (even); the response or failure arrives as an [`Event`]
-    /// carrying `cookie`.
+    /// `dest`. Returns the RPC's id (even); the response or failure arrives as an
+    /// [`Event`](super::Event) carrying `cookie`.
     pub fn send_request(
         &mut self,
         now: Instant,
@@ -67,6 +67,8 @@ impl Endpoint {
     }
 
     /// Sends the response to a request delivered by [`Event::RequestReceived`].
+    ///
+    /// [`Event::RequestReceived`]: super::Event::RequestReceived
     pub fn send_response(
         &mut self,
         now: Instant,
@@ -128,6 +130,8 @@ impl Endpoint {
     /// Forgets a request delivered by [`Event::RequestReceived`] without answering it (load
     /// shedding, or one-way messages in a simulation). The client is not told: it times out
     /// unless it aborts.
+    ///
+    /// [`Event::RequestReceived`]: super::Event::RequestReceived
     pub fn discard(&mut self, rpc: ServerRpc) -> Result<(), ApiError> {
         self.settle_data();
         let r = self.rpcs.find_server(rpc.client, rpc.id).ok_or(ApiError::UnknownRpc(rpc.id))?;

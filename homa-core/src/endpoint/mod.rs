@@ -43,7 +43,7 @@ pub struct Transmit {
     /// Bytes written at the start of the buffer.
     pub len: usize,
     /// Priority level 0..=7; the transport sets IPv4 TOS / IPv6 traffic class to
-    /// [`wire::tos_for_priority`] of it.
+    /// [`wire::tos_for_priority`](crate::wire::tos_for_priority) of it.
     pub priority: u8,
 }
 

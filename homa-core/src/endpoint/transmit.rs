@@ -13,6 +13,8 @@ impl Endpoint {
     /// Writes the next packet into `buf` and says where it goes; `None` when nothing may
     /// be sent now. `buf` must hold [`Config::max_packet_len`] bytes: a shorter one is
     /// refused, and nothing changes.
+    ///
+    /// [`Config::max_packet_len`]: crate::Config::max_packet_len
     pub fn poll_transmit(
         &mut self,
         now: Instant,
