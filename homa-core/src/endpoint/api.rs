@@ -46,7 +46,7 @@ impl Endpoint {
         self.peers.get_mut(peer).rpcs += 1;
         // Built in the call: one move of the large `Rpc` fewer (BENCHMARKS.md: 204 instructions
         // per RPC).
-        let r = self.rpcs.insert(Rpc {
+        let r = self.rpcs.insert(|| Rpc {
             id,
             peer,
             addr: dest,

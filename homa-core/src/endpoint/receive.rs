@@ -426,7 +426,7 @@ impl Endpoint {
         let p = self.peers.get_mut(peer);
         p.rpcs += 1;
         p.server_rpcs += 1;
-        Ok(self.rpcs.insert(Rpc {
+        Ok(self.rpcs.insert(|| Rpc {
             id,
             peer,
             addr: from,

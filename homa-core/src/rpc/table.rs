@@ -52,9 +52,9 @@ impl RpcTable {
         self.clients.len() + self.servers.len()
     }
 
-    pub(crate) fn insert(&mut self, rpc: Rpc) -> RpcRef {
-        let key = (AddrKey::from(rpc.addr), rpc.id);
-        let client = rpc.is_client();
+    /// Adds the RPC that `make` builds, in its slot: an `Rpc` is large, and built in place
+    /// it is not copied there.
+    pub(crate) fn insert(&mut self, make: impl FnOnce() -> Rpc) -> RpcRef {
         let idx = match self.free.pop() {
             Some(idx) => idx,
             None => {
@@ -63,7 +63,8 @@ impl RpcTable {
             }
         };
         let slot = &mut self.slots[idx as usize];
-        slot.rpc = Some(rpc);
+        let rpc = slot.rpc.insert(make());
+        let (key, client) = ((AddrKey::from(rpc.addr), rpc.id), rpc.is_client());
         let r = RpcRef { idx, generation: slot.generation };
         if client {
             self.clients.insert(key.1, r);
