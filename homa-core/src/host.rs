@@ -7,6 +7,7 @@ use core::net::SocketAddr;
 
 use alloc::vec::Vec;
 use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 
 use crate::addr::{AddrKey, Hasher};
 
@@ -38,10 +39,14 @@ impl HostBytes {
     /// The host of a new peer at `addr`, counted as one of its peers.
     pub(crate) fn attach(&mut self, addr: SocketAddr) -> HostId {
         let key = AddrKey::host(addr);
-        if let Some(&id) = self.index.get(&key) {
-            self.slots[id as usize].peers += 1;
-            return id;
-        }
+        let entry = match self.index.entry(key) {
+            Entry::Occupied(e) => {
+                let id = *e.get();
+                self.slots[id as usize].peers += 1;
+                return id;
+            }
+            Entry::Vacant(e) => e,
+        };
         let host = Host { bytes: 0, peers: 1, key };
         let id = match self.free.pop() {
             Some(id) => {
@@ -53,8 +58,7 @@ impl HostBytes {
                 (self.slots.len() - 1) as HostId
             }
         };
-        self.index.insert(key, id);
-        id
+        *entry.insert(id)
     }
 
     /// A peer of host `id` is forgotten; the host goes with its last peer. (A peer is

@@ -203,7 +203,7 @@ fn silent_announcements_from_many_ports_cannot_starve_another_host() {
 }
 
 /// A request whose client goes silent is asked for at intervals that double, not every
-/// `resend_interval`: a thousand such requests from one host draw a fifth of the RESENDs.
+/// `resend_interval`: a thousand such requests from one host draw 5 RESENDs each, not 19.
 /// Then the server forgets it (a real client would send it again).
 #[test]
 fn a_silent_request_is_asked_for_at_doubling_intervals() {

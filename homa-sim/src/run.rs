@@ -353,7 +353,7 @@ impl<'a> Sim<'a> {
         let mut next = exp(&mut rng);
         let mut generated = 0u64;
         let mut window_start: Option<u64> = None;
-        let mut window: Option<(u64, u64, u64)> = None; // (length, uplink wire bytes, delivered)
+        let mut window_closed = false;
         let mut delivered_at_start = 0;
         let mut last_progress = 0u64;
         let mut loaded_until = u64::MAX;
@@ -385,19 +385,20 @@ impl<'a> Sim<'a> {
                 }
             }
             net.run_until(t, driver);
-            if window.is_none()
+            if !window_closed
                 && let Some(&(last, _)) = m.load_samples.last()
                 && (t - last) as f64 >= sample_every
             {
                 m.load_samples.push((t, uplink_wire_bytes(net, &self.host_up)));
             }
             if !generating_measured(generated, t) {
-                if window.is_none() {
+                if !window_closed {
+                    window_closed = true;
                     let start = window_start.unwrap_or(t);
-                    let uplink = uplink_wire_bytes(net, &self.host_up);
-                    m.load_samples.push((t, uplink));
-                    let delivered = driver.delivered_bytes - delivered_at_start;
-                    window = Some(((t - start).max(1), uplink, delivered));
+                    m.window_ns = (t - start).max(1);
+                    m.uplink_bytes = uplink_wire_bytes(net, &self.host_up);
+                    m.delivered = driver.delivered_bytes - delivered_at_start;
+                    m.load_samples.push((t, m.uplink_bytes));
                     loaded_until = t + (t - start);
                 }
                 let stop_arrivals = match cfg.tail {
@@ -449,7 +450,6 @@ impl<'a> Sim<'a> {
             flush(net, driver);
             next += exp(&mut rng);
         }
-        (m.window_ns, m.uplink_bytes, m.delivered) = window.unwrap_or((1, 0, 0));
         m
     }
 

@@ -44,8 +44,6 @@ impl Endpoint {
         self.tx_bytes += payload.len() as u64;
         let birth = self.birth();
         self.peers.get_mut(peer).rpcs += 1;
-        // Built in the call: one move of the large `Rpc` fewer (BENCHMARKS.md: 204 instructions
-        // per RPC).
         let r = self.rpcs.insert(|| Rpc {
             id,
             peer,

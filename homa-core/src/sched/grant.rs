@@ -398,18 +398,17 @@ impl Grants {
     }
 
     /// Brings the message's outstanding bytes up to date (`homa_grant_update_incoming`).
+    /// (Whether it counts changes only where it becomes active or inactive, or its sender
+    /// silent, and each of those recounts; new bytes from a silent sender move the count,
+    /// unless nothing is outstanding either way.)
     fn update_incoming(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
-        let active = self.slot_of(rpc).is_some();
         let Some(m) = cx.rpcs.get_mut(rpc).and_then(|r| r.msgin.as_mut()) else { return };
-        if !m.grantable {
+        if m.granted.saturating_sub(m.received()) == m.rec_incoming || !m.grantable {
             return;
         }
-        let moved = m.granted.saturating_sub(m.received()) != m.rec_incoming;
-        if !moved && m.counted == (active && !m.silent) {
-            return;
-        }
+        let active = self.slot_of(rpc).is_some();
         self.recount(cx.metrics, m, active);
-        if moved && !active {
+        if !active {
             self.promote_rpc(cx, rpc);
         }
     }
