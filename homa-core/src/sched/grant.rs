@@ -222,7 +222,9 @@ impl Grants {
                 }
                 self.add_active(cx, slot, entry);
             }
-            None => self.insert_waiting(entry),
+            None => {
+                self.insert_waiting(entry);
+            }
         }
         if let Some(r) = cx.rpcs.get_mut(rpc) {
             r.grant_managed = true;
@@ -247,9 +249,11 @@ impl Grants {
         }
     }
 
-    fn insert_waiting(&mut self, entry: Entry) {
+    /// Queues `entry` in SRPT order; returns its index.
+    fn insert_waiting(&mut self, entry: Entry) -> usize {
         let at = self.waiting.partition_point(|e| !outranks(entry.rank(), e.rank()));
         self.waiting.insert(at, entry);
+        at
     }
 
     /// Picks a slot for `cand`: an empty one, or the lowest-priority active message if `cand`
@@ -343,22 +347,35 @@ impl Grants {
     /// A waiting message got closer to completion: move it up, and into the active set if it
     /// is now its peer's best and outranks a victim (`homa_grant_promote_rpc`).
     fn promote_rpc(&mut self, cx: &mut GrantCx<'_>, rpc: RpcRef) {
-        let Some(i) = self.waiting.iter().position(|e| e.rpc == rpc) else { return };
         let Some(entry) = Self::entry(cx, rpc) else { return };
-        self.waiting.remove(i);
-        self.insert_waiting(entry);
-        let head_of_peer = self.waiting.iter().find(|e| e.peer == entry.peer).map(|e| e.rpc);
-        if head_of_peer != Some(rpc) {
-            return;
+        // Its new place, found by rank: fewer bytes remain, so it moves forward and its old
+        // entry follows, past the few messages it now outranks. A long queue is not scanned
+        // from the front on every packet. (Ranks are unique: births are.)
+        let at = self.waiting.partition_point(|e| !outranks(entry.rank(), e.rank()));
+        let at = match self.waiting[at..].iter().position(|e| e.rpc == rpc) {
+            Some(k) => {
+                self.waiting[at..=at + k].rotate_right(1);
+                self.waiting[at] = entry;
+                at
+            }
+            None => {
+                let Some(i) = self.waiting.iter().position(|e| e.rpc == rpc) else { return };
+                self.waiting.remove(i);
+                self.insert_waiting(entry)
+            }
+        };
+        if self.waiting[..at].iter().any(|e| e.peer == entry.peer) {
+            return; // not its peer's best
         }
         if let Some(slot) = self.find_victim(cx, &entry) {
+            let mut at = at;
             if let Some(victim) = self.active[slot] {
                 self.remove_active(cx, slot);
-                self.insert_waiting(victim);
+                if self.insert_waiting(victim) <= at {
+                    at += 1;
+                }
             }
-            if let Some(j) = self.waiting.iter().position(|e| e.rpc == rpc) {
-                self.waiting.remove(j);
-            }
+            self.waiting.remove(at);
             self.add_active(cx, slot, entry);
         }
     }
