@@ -239,7 +239,9 @@ impl Endpoint {
         let Some(x) = self.rpcs.get_mut(r) else { return };
         // The lowest level of the bytes it waits for: the first missing byte's, or the last
         // granted one's (the two sides of `unsched_end`). A response not begun: the top.
-        let level = match x.msgin.as_ref().filter(|_| x.state == State::Incoming) {
+        // The state first: a sender's packet need not read the (absent) message's line.
+        let incoming = if x.state == State::Incoming { x.msgin.as_ref() } else { None };
+        let level = match incoming {
             Some(m) => {
                 let missing = m.gaps.first().map_or(m.recv_end, |g| g.start);
                 m.level_at(missing).min(m.level_at(m.granted.saturating_sub(1)))

@@ -36,8 +36,6 @@ pub(crate) enum State {
 pub(crate) struct Rpc {
     /// The id as this endpoint knows it: even on the client, odd on the server.
     pub(crate) id: u64,
-    /// Client only: the application's tag, returned with the response or failure.
-    pub(crate) cookie: u64,
     pub(crate) peer: PeerId,
     pub(crate) local_port: u16,
     pub(crate) remote_port: u16,
@@ -49,36 +47,43 @@ pub(crate) struct Rpc {
     /// Known to the grant scheduler (active or waiting).
     pub(crate) grant_managed: bool,
     pub(crate) addr: SocketAddr,
-    pub(crate) msgout: Option<OutMessage>,
+    /// A DATA packet reads and writes its message and the timer's first fields, which
+    /// share a line (`scripts/instructions lines`).
     pub(crate) msgin: Option<InMessage>,
     pub(crate) timer: TimerState,
+    pub(crate) msgout: Option<OutMessage>,
+    /// Client only: the application's tag, returned with the response or failure.
+    pub(crate) cookie: u64,
 }
 
 /// Silent-tick accounting (spec §2.6), kept lazily: instead of counting ticks, remember the
-/// tick at which the count was last zero.
+/// tick at which the count was last zero. The fields every DATA, GRANT and BUSY resets
+/// (`reset_silence`) come first, to share a cache line.
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
 pub(crate) struct TimerState {
     /// Tick at which silent_ticks was last reset (a packet arrived, or the RPC had no reason
     /// to worry). silent_ticks at tick T is `T - silent_since`.
     pub(crate) silent_since: u64,
-    /// RESEND points passed since `silent_since` (one RESEND each, when it may ask); for a
-    /// server whose response is out, the NEED_ACKs sent.
-    pub(crate) asked: u32,
-    /// The level of the awaited bytes when silence began, and the downlink's count of
-    /// ticks that held that level back then (see `downlink`).
-    pub(crate) held_level: u8,
+    /// The downlink's count of ticks that held `held_level` back when silence began (see
+    /// `downlink`).
     pub(crate) held_at: u64,
     /// The ticks excused for dropped input (`overload`) when silence began.
     pub(crate) excused_at: u64,
-    /// The RPC is owed data and counts silent ticks.
-    pub(crate) worried: bool,
+    /// Until when RPC_UNKNOWNs answer RESENDs sent before the last restart.
+    pub(crate) stale_until: u64,
+    /// RESEND points passed since `silent_since` (one RESEND each, when it may ask); for a
+    /// server whose response is out, the NEED_ACKs sent.
+    pub(crate) asked: u32,
+    /// The level of the awaited bytes when silence began.
+    pub(crate) held_level: u8,
     /// Restarts (RPC_UNKNOWN) since the last DATA, GRANT or BUSY; the first
     /// `RESTARTS_THAT_END_SILENCE` of them each start the silence over.
     pub(crate) restarts: u8,
-    /// The tick of the last restart, and until when RPC_UNKNOWNs answer RESENDs sent
-    /// before it.
+    /// The RPC is owed data and counts silent ticks.
+    pub(crate) worried: bool,
+    /// The tick of the last restart.
     pub(crate) restarted_at: u64,
-    pub(crate) stale_until: u64,
     /// The tick of the wake-up queued in the timer queue, if any.
     pub(crate) armed_tick: Option<u64>,
     /// Server: first tick after the response was fully sent (for NEED_ACK).

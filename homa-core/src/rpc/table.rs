@@ -26,8 +26,8 @@ struct Slot {
 }
 
 const _: () = assert!(
-    8 + core::mem::offset_of!(Rpc, addr) <= 64,
-    "the generation and the RPC's fields before `addr` fit one line"
+    8 + core::mem::offset_of!(Rpc, addr) + core::mem::size_of::<SocketAddr>() <= 64,
+    "the generation and the RPC's fields up to `addr` fit one line"
 );
 
 #[derive(Debug)]
