@@ -55,3 +55,27 @@ pub type Duration = u64;
 pub const NANOS_PER_USEC: u64 = 1_000;
 /// Nanoseconds per millisecond.
 pub const NANOS_PER_MSEC: u64 = 1_000_000;
+
+/// A tick or none: `Option<u64>` in 8 bytes instead of 16 (no tick reaches `u64::MAX`), for
+/// state that must fit a cache line (an RPC's timer, a peer's first line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MaybeTick(u64);
+
+impl MaybeTick {
+    pub(crate) const NONE: MaybeTick = MaybeTick(u64::MAX);
+
+    pub(crate) fn some(tick: u64) -> MaybeTick {
+        debug_assert_ne!(tick, u64::MAX, "no tick is that late");
+        MaybeTick(tick)
+    }
+
+    pub(crate) fn get(self) -> Option<u64> {
+        (self.0 != u64::MAX).then_some(self.0)
+    }
+}
+
+impl Default for MaybeTick {
+    fn default() -> MaybeTick {
+        MaybeTick::NONE
+    }
+}

@@ -333,8 +333,9 @@ impl Endpoint {
         // Timers due by the next tick are checked now (each entry at most once), so a driver
         // is not woken for an RPC that has since ended; later ones are checked as they near.
         let rpcs = &self.rpcs;
-        let live =
-            |due: u64, r: RpcRef| rpcs.get(r).is_some_and(|x| x.timer.armed_tick == Some(due));
+        let live = |due: u64, r: RpcRef| {
+            rpcs.get(r).is_some_and(|x| x.timer.armed_tick.get() == Some(due))
+        };
         self.timers.drop_stale(self.tick + 1, live);
         let timer = self.timers.next_tick().map(|t| self.tick_start(t));
         match (data, timer) {

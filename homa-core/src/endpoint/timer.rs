@@ -2,6 +2,7 @@
 
 use crate::rpc::{Rpc, RpcRef, State};
 use crate::sched::tx::{Control, ControlBody};
+use crate::time::MaybeTick;
 use crate::time::{Instant, Nanos};
 
 use super::{Endpoint, FailReason, NEED_ACK_BACKOFFS};
@@ -60,14 +61,14 @@ impl Endpoint {
             // may arm another for this tick, which must run now, not at the next call.
             let rpcs = &self.rpcs;
             self.timers.sort_recent(tick, |due, r| {
-                rpcs.get(r).is_some_and(|x| x.timer.armed_tick == Some(due))
+                rpcs.get(r).is_some_and(|x| x.timer.armed_tick.get() == Some(due))
             });
             let Some((due, r)) = self.timers.pop_due(tick) else { break };
             let Some(x) = self.rpcs.get_mut(r) else { continue };
-            if x.timer.armed_tick != Some(due) {
+            if x.timer.armed_tick.get() != Some(due) {
                 continue; // superseded by a later plan
             }
-            x.timer.armed_tick = None;
+            x.timer.armed_tick = MaybeTick::NONE;
             self.check_rpc_timer(r, tick);
         }
     }
@@ -75,7 +76,7 @@ impl Endpoint {
     /// `homa_timer_check_rpc` for one RPC at `tick`.
     fn check_rpc_timer(&mut self, r: RpcRef, tick: u64) {
         let Some(x) = self.rpcs.get(r) else { return };
-        if let Some(done) = x.timer.done_tick {
+        if let Some(done) = x.timer.done_tick.get() {
             // A server whose response is out asks for the ack `request_ack_ticks` later,
             // then after 1, 2, 4 ... ticks (at most 32: `NEED_ACK_BACKOFFS`) until
             // `ack_timeout_ticks`. A client that answers does at once; one that is stalled
@@ -225,7 +226,7 @@ impl Endpoint {
         let Some(x) = self.rpcs.get_mut(r) else { return };
         if owed {
             let due = x.timer.silent_since + u64::from(self.config.resend_ticks);
-            if x.timer.armed_tick.is_none_or(|t| t > due) {
+            if x.timer.armed_tick.get().is_none_or(|t| t > due) {
                 self.arm(r, due);
             }
         }
@@ -236,7 +237,7 @@ impl Endpoint {
     pub(super) fn arm(&mut self, r: RpcRef, tick: u64) {
         let tick = tick.max(self.tick);
         if let Some(x) = self.rpcs.get_mut(r) {
-            x.timer.armed_tick = Some(tick);
+            x.timer.armed_tick = MaybeTick::some(tick);
             self.timers.push(tick, r);
         }
     }

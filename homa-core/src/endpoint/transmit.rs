@@ -4,6 +4,7 @@ use crate::metrics::type_index;
 use crate::msg::PayloadSlice;
 use crate::rpc::{RpcRef, State};
 use crate::sched::tx::{Control, ControlBody, TxKey};
+use crate::time::MaybeTick;
 use crate::time::{Instant, Nanos};
 use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
 
@@ -171,7 +172,7 @@ impl Endpoint {
         if fully_sent && !x.is_client() {
             // NEED_ACK starts `request_ack_ticks` after the first tick that sees it done.
             let done = self.tick + 1;
-            x.timer.done_tick = Some(done);
+            x.timer.done_tick = MaybeTick::some(done);
             x.timer.asked = 0;
             self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
         }

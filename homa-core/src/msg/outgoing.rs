@@ -5,6 +5,7 @@
 //! `max_payload` bytes, except that the last unscheduled packet may be short so no
 //! unscheduled packet spills past `unscheduled`. They are computed, not stored.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::{fmt, mem};
@@ -129,17 +130,23 @@ pub(crate) struct OutMessage {
     pub(crate) sched_priority: u8,
     /// Creation order, for SRPT ties and the pacer's FIFO picks.
     pub(crate) birth: u64,
-    /// Packets asked for again and not yet resent: bit i is packet i (`packet_index`).
-    /// Exact, so a packet asked for by several RESENDs before it goes is sent once, and
-    /// only what was asked for goes. Allocated at the first RESEND.
-    resend: Vec<u64>,
+    /// Packets asked for again and not yet resent, from the first RESEND on: most messages
+    /// never see one, and kept out of line they leave the RPC's slot a cache line shorter.
+    resend: Option<Box<Resends>>,
     /// Bits set in `resend`.
     resend_pending: u32,
-    /// No bit is set in `resend` below this word.
-    resend_word: usize,
-    /// End of the furthest range asked for since `resend` was last empty: the `incoming`
-    /// of the retransmitted packets (the module's range end).
-    resend_end: u32,
+}
+
+#[derive(Debug)]
+struct Resends {
+    /// Bit i is packet i (`packet_index`). Exact, so a packet asked for by several RESENDs
+    /// before it goes is sent once, and only what was asked for goes.
+    bits: Vec<u64>,
+    /// No bit is set in `bits` below this word.
+    word: usize,
+    /// End of the furthest range asked for since `bits` was last empty: the `incoming` of
+    /// the retransmitted packets (the module's range end).
+    end: u32,
 }
 
 impl OutMessage {
@@ -155,10 +162,8 @@ impl OutMessage {
             sent_tick: 0,
             sched_priority: 0,
             birth,
-            resend: Vec::new(),
+            resend: None,
             resend_pending: 0,
-            resend_word: 0,
-            resend_end: 0,
         }
     }
 
@@ -213,21 +218,21 @@ impl OutMessage {
         if start >= end {
             return false;
         }
-        if self.resend.is_empty() {
-            let packets = self.packet_index(self.length - 1, max_payload) + 1;
-            self.resend = alloc::vec![0; packets.div_ceil(64)];
-        }
         let (first, last) =
             (self.packet_index(start, max_payload), self.packet_index(end - 1, max_payload));
+        let packets = self.packet_index(self.length - 1, max_payload) + 1;
+        let r = self.resend.get_or_insert_with(|| {
+            Box::new(Resends { bits: alloc::vec![0; packets.div_ceil(64)], word: 0, end: 0 })
+        });
         for i in first..=last {
-            let (word, bit) = (&mut self.resend[i / 64], 1u64 << (i % 64));
+            let (word, bit) = (&mut r.bits[i / 64], 1u64 << (i % 64));
             if *word & bit == 0 {
                 *word |= bit;
                 self.resend_pending += 1;
             }
         }
-        self.resend_word = self.resend_word.min(first / 64);
-        self.resend_end = self.resend_end.max(end);
+        r.word = r.word.min(first / 64);
+        r.end = r.end.max(end);
         true
     }
 
@@ -237,14 +242,15 @@ impl OutMessage {
         if self.resend_pending == 0 {
             return None;
         }
-        let w = (self.resend_word..self.resend.len()).find(|&w| self.resend[w] != 0)?;
-        self.resend_word = w;
-        let bit = self.resend[w].trailing_zeros() as usize;
-        self.resend[w] &= !(1 << bit);
+        let r = self.resend.as_mut()?;
+        let w = (r.word..r.bits.len()).find(|&w| r.bits[w] != 0)?;
+        r.word = w;
+        let bit = r.bits[w].trailing_zeros() as usize;
+        r.bits[w] &= !(1 << bit);
         self.resend_pending -= 1;
-        let incoming = self.resend_end;
+        let incoming = r.end;
         if self.resend_pending == 0 {
-            self.resend_end = 0;
+            r.end = 0;
         }
         let start = self.packet_offset(w * 64 + bit, max_payload);
         Some((start, self.packet_end(start, max_payload), incoming))

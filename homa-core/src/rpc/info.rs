@@ -94,7 +94,7 @@ impl RpcInfo {
             (true, _) => Phase::ReceivingResponse,
             (false, State::Incoming) => Phase::ReceivingRequest,
             (false, State::InService) => Phase::InService,
-            (false, State::Outgoing) if x.timer.done_tick.is_some() => Phase::AwaitingAck,
+            (false, State::Outgoing) if x.timer.done_tick.get().is_some() => Phase::AwaitingAck,
             (false, State::Outgoing) => Phase::SendingResponse,
         };
         let silent_ticks =

@@ -16,6 +16,7 @@ pub(crate) use table::{RpcRef, RpcTable};
 use crate::msg::incoming::InMessage;
 use crate::msg::outgoing::OutMessage;
 use crate::peer::PeerId;
+use crate::time::MaybeTick;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
@@ -85,9 +86,9 @@ pub(crate) struct TimerState {
     /// The tick of the last restart.
     pub(crate) restarted_at: u64,
     /// The tick of the wake-up queued in the timer queue, if any.
-    pub(crate) armed_tick: Option<u64>,
+    pub(crate) armed_tick: MaybeTick,
     /// Server: first tick after the response was fully sent (for NEED_ACK).
-    pub(crate) done_tick: Option<u64>,
+    pub(crate) done_tick: MaybeTick,
 }
 
 impl Rpc {
