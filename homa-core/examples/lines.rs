@@ -1,6 +1,6 @@
 //! One packet of each type into an endpoint whose RPCs' state is cold, as in a simulation of
-//! many hosts or a server with many clients: each packet names the next of `n` RPCs, from
-//! 512 peers, so its state has left the L1 cache since it was last touched. Only
+//! many hosts or a server with many clients: each packet names the next of `n` RPCs, each
+//! with a peer of its own, so its state has left the L1 cache since it was last touched. Only
 //! `measured` is meant to be counted:
 //!
 //! ```sh
@@ -24,7 +24,6 @@ use homa_core::wire::{self, Body, PacketType, grant, header};
 use homa_core::{Config, Endpoint, Event, Instant};
 use pair::{SERVER_PORT, keep_freed_memory};
 
-const PEERS: usize = 512;
 /// Large enough to need grants, small enough for thousands in memory.
 const LARGE: usize = 100_000;
 
@@ -125,7 +124,7 @@ fn requests(
         index.insert(id, i);
     }
     let mut sent: Vec<(SocketAddr, Vec<Vec<u8>>)> =
-        (0..n).map(|i| (peer_addr(i % PEERS), Vec::new())).collect();
+        (0..n).map(|i| (peer_addr(i), Vec::new())).collect();
     let mut buf = vec![0; 65_536];
     // The pacer holds packets back: wait for it, as an I/O layer would.
     let mut now = Instant::ZERO;

@@ -6,7 +6,7 @@ use core::net::SocketAddr;
 
 use alloc::vec::Vec;
 
-use crate::time::Nanos;
+use crate::time::{MaybeTick, Nanos};
 use crate::wire::{Ack, MAX_ACKS, MAX_MESSAGE_LENGTH, MAX_PRIORITIES};
 use hashbrown::HashTable;
 
@@ -39,8 +39,11 @@ pub(crate) struct Peer {
     /// Tick (its low 32 bits: 49 days of ticks) of the last packet from the peer about one
     /// of our RPCs: it is there. Fits the line's padding.
     pub(crate) heard: u32,
+    /// Incoming messages from this peer waiting for the grant scheduler's active set: with
+    /// one, a message is its peer's best without a search of the queue.
+    pub(crate) waiting_grants: u32,
     /// Tick in which we last sent the peer our CUTOFFS (rate limit: one per tick).
-    pub(crate) cutoffs_sent_tick: Option<u64>,
+    pub(crate) cutoffs_sent_tick: MaybeTick,
     /// Cutoffs the peer sent in CUTOFFS: entry i = largest message to send it at level i.
     pub(crate) cutoffs: [u32; MAX_PRIORITIES as usize],
     /// How patient a receiver is with this sender: its first RESEND for granted bytes waits
@@ -74,12 +77,13 @@ impl Peer {
             key,
             cutoffs,
             cutoff_version: 0,
-            cutoffs_sent_tick: None,
+            cutoffs_sent_tick: MaybeTick::NONE,
             acks: [Ack::NONE; MAX_ACKS],
             num_acks: 0,
             rpcs: 0,
             server_rpcs: 0,
             active_grants: 0,
+            waiting_grants: 0,
             last_used: now,
             heard: 0,
             patience: 0,

@@ -8,7 +8,7 @@ use crate::msg::incoming::{InMessage, Rejected};
 use crate::peer::PeerId;
 use crate::rpc::{Rpc, RpcRef, State, TimerState};
 use crate::sched::tx::{Control, ControlBody};
-use crate::time::{Instant, Nanos};
+use crate::time::{Instant, MaybeTick, Nanos};
 use crate::wire::{self, Body, data, header};
 
 use super::{Arrived, Endpoint, MIN_EPHEMERAL_PORT, NoRpc, Placed};
@@ -477,10 +477,10 @@ impl Endpoint {
     fn send_cutoffs_if_stale(&mut self, r: RpcRef, peer: PeerId, version: u16) {
         let tick = self.tick();
         let p = self.peers.get_mut(peer);
-        if version == self.config.cutoff_version || p.cutoffs_sent_tick == Some(tick) {
+        if version == self.config.cutoff_version || p.cutoffs_sent_tick.get() == Some(tick) {
             return;
         }
-        p.cutoffs_sent_tick = Some(tick);
+        p.cutoffs_sent_tick = MaybeTick::some(tick);
         let Some(x) = self.rpcs.get(r) else { return };
         let body = ControlBody::Cutoffs {
             cutoffs: self.config.advertised_cutoffs(),

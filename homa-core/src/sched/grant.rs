@@ -205,7 +205,7 @@ impl Grants {
             self.remove_active(cx, slot);
             self.promote_waiting(cx, slot);
         } else if let Some(i) = self.waiting.iter().position(|e| e.rpc == rpc) {
-            self.waiting.remove(i);
+            self.remove_waiting(cx.peers, i);
         }
         if self.oldest == Some(rpc) {
             self.oldest = None;
@@ -218,12 +218,12 @@ impl Grants {
             Some(slot) => {
                 if let Some(bumped) = self.active[slot] {
                     self.remove_active(cx, slot);
-                    self.insert_waiting(bumped);
+                    self.insert_waiting(cx.peers, bumped);
                 }
                 self.add_active(cx, slot, entry);
             }
             None => {
-                self.insert_waiting(entry);
+                self.insert_waiting(cx.peers, entry);
             }
         }
         if let Some(r) = cx.rpcs.get_mut(rpc) {
@@ -250,10 +250,17 @@ impl Grants {
     }
 
     /// Queues `entry` in SRPT order; returns its index.
-    fn insert_waiting(&mut self, entry: Entry) -> usize {
+    fn insert_waiting(&mut self, peers: &mut PeerTable, entry: Entry) -> usize {
         let at = self.waiting.partition_point(|e| !outranks(entry.rank(), e.rank()));
         self.waiting.insert(at, entry);
+        peers.get_mut(entry.peer).waiting_grants += 1;
         at
+    }
+
+    fn remove_waiting(&mut self, peers: &mut PeerTable, i: usize) -> Entry {
+        let entry = self.waiting.remove(i);
+        peers.get_mut(entry.peer).waiting_grants -= 1;
+        entry
     }
 
     /// Picks a slot for `cand`: an empty one, or the lowest-priority active message if `cand`
@@ -315,7 +322,7 @@ impl Grants {
             }
         }
         let Some((i, _)) = best else { return false };
-        let entry = self.waiting.remove(i);
+        let entry = self.remove_waiting(cx.peers, i);
         self.add_active(cx, slot, entry);
         self.set_needy(slot);
         true
@@ -360,22 +367,23 @@ impl Grants {
             }
             None => {
                 let Some(i) = self.waiting.iter().position(|e| e.rpc == rpc) else { return };
-                self.waiting.remove(i);
-                self.insert_waiting(entry)
+                self.remove_waiting(cx.peers, i);
+                self.insert_waiting(cx.peers, entry)
             }
         };
-        if self.waiting[..at].iter().any(|e| e.peer == entry.peer) {
+        let alone = cx.peers.get(entry.peer).waiting_grants == 1;
+        if !alone && self.waiting[..at].iter().any(|e| e.peer == entry.peer) {
             return; // not its peer's best
         }
         if let Some(slot) = self.find_victim(cx, &entry) {
             let mut at = at;
             if let Some(victim) = self.active[slot] {
                 self.remove_active(cx, slot);
-                if self.insert_waiting(victim) <= at {
+                if self.insert_waiting(cx.peers, victim) <= at {
                     at += 1;
                 }
             }
-            self.waiting.remove(at);
+            self.remove_waiting(cx.peers, at);
             self.add_active(cx, slot, entry);
         }
     }
