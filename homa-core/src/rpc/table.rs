@@ -29,7 +29,8 @@ const _: () = assert!(
     8 + core::mem::offset_of!(Rpc, addr) + core::mem::size_of::<SocketAddr>() <= 64,
     "the generation and the RPC's fields up to `addr` fit one line"
 );
-const _: () = assert!(core::mem::size_of::<Slot>() == 5 * 64, "an RPC's slot is five lines");
+const _: () =
+    assert!(core::mem::size_of::<Slot>() <= 5 * 64, "an RPC's slot is five lines at most");
 
 #[derive(Debug)]
 pub(crate) struct RpcTable {
