@@ -144,9 +144,6 @@ impl Endpoint {
             return None;
         }
         let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };
-        if key == top {
-            self.tx.pop(); // requeued below with its new key if it has more to send
-        }
         let x = self.rpcs.get(key.rpc)?;
         let m = x.msgout.as_ref()?;
         let start = m.next_offset;
@@ -160,15 +157,18 @@ impl Endpoint {
         m.next_offset = end;
         m.sent_tick = self.tick;
         let fully_sent = end == m.length;
-        let bytes_left = m.bytes_left();
         let still_sendable = m.can_send_new();
-        // Queue it afresh under its new key if it has more to send (after a FIFO pick, its
-        // old entry stays in the heap and is skipped as stale).
-        x.tx_queued = false;
+        // Queue it under its new key if it has more to send. The SRPT head keeps its place
+        // (fewer bytes left only raise it); after a FIFO pick, its old entry stays in the
+        // heap and is skipped as stale.
+        x.tx_queued = still_sendable;
         if still_sendable {
-            x.tx_queued = true;
-            self.tx.push(TxKey { bytes_left, birth: key.birth, rpc: key.rpc });
+            let new_key = TxKey { bytes_left: m.bytes_left(), birth: key.birth, rpc: key.rpc };
+            if key == top { self.tx.replace_top(new_key) } else { self.tx.push(new_key) }
+        } else if key == top {
+            self.tx.pop();
         }
+        let worried = x.timer.worried;
         if fully_sent && !x.is_client() {
             // NEED_ACK starts `request_ack_ticks` after the first tick that sees it done.
             let done = self.tick + 1;
@@ -176,7 +176,11 @@ impl Endpoint {
             x.timer.asked = 0;
             self.arm(key.rpc, done + u64::from(self.config.request_ack_ticks));
         }
-        self.refresh_worry(key.rpc);
+        // A message that can send on is owed nothing (`waits_on_peer`): unless it was
+        // worried, there is nothing to refresh (the common case, once per packet).
+        if !still_sendable || worried {
+            self.refresh_worry(key.rpc);
+        }
         Some(sent)
     }
 

@@ -168,6 +168,15 @@ impl TxQueues {
         self.srpt.push(Reverse(key));
     }
 
+    /// Gives the head a key that ranks at least as high (the same message with fewer
+    /// bytes left): it stays the head, without a pop and a push.
+    pub(crate) fn replace_top(&mut self, key: TxKey) {
+        if let Some(mut top) = self.srpt.peek_mut() {
+            debug_assert!(key <= top.0, "a new key never ranks lower");
+            *top = Reverse(key);
+        }
+    }
+
     pub(crate) fn peek(&self) -> Option<TxKey> {
         self.srpt.peek().map(|Reverse(k)| *k)
     }
