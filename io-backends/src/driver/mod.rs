@@ -63,13 +63,23 @@ use timer::{Alarm, TICK_SLACK};
 use crate::cidr::Cidr;
 use crate::error::{Error, Result};
 use crate::socket::Histogram;
-use crate::transport::{Batch, RECV_SLOT_LEN, Transport, TransportStats, Waiter, clear, signal};
+use crate::transport::{
+    Batch, RECV_SLOT_LEN, Transport, TransportStats, Waiter, clear, gso_max_packets, signal,
+};
 
 /// Timer ticks an event loop may leave input waiting before the driver thread receives
 /// for it (see `Inner::stall_limit`).
 const STALL_TICKS: Nanos = 4;
 /// Datagrams per send or receive batch.
 const BATCH: usize = 32;
+/// Datagrams per send batch for packets of `packet_len` bytes: about `BATCH`, a whole
+/// number of the longest GSO runs, so that a full batch sends no short run (which would
+/// cost the kernel as much as a long one).
+fn tx_capacity(packet_len: usize) -> usize {
+    let run = gso_max_packets(packet_len);
+    run * BATCH.div_ceil(run)
+}
+
 /// How long the driver thread stays off the transport after a leader leaves, expecting it
 /// (or another) back: a thread calling in a loop then costs no epoll_ctl per call.
 const LEADER_GRACE: Nanos = 4_000_000;
@@ -295,7 +305,7 @@ impl Shared {
             waiter_stats: TransportStats::default(),
             receiver: Receiver::Driver { claimed: false },
             intake: Intake::new(),
-            tx: Batch::new(BATCH, slot_len),
+            tx: Batch::new(tx_capacity(slot_len), slot_len),
             calls: Calls::default(),
             to_wake: ToWake::default(),
             alarm: Alarm::new(timer.as_raw_fd(), origin, tick_ns),

@@ -17,7 +17,7 @@ mod sys;
 mod uring;
 
 pub use socket::SocketTransport;
-pub(crate) use sys::{MAX_RUN, clear, signal};
+pub(crate) use sys::{MAX_RUN, clear, gso_max_packets, signal};
 pub use uring::{Unavailable, UringTransport};
 
 /// The reading of received control messages: public for the fuzz targets (`fuzz/`), not an

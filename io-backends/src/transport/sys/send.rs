@@ -86,7 +86,7 @@ fn send_lone(fd: RawFd, batch: &Batch, r: &mut Reports<'_>) -> bool {
 fn run_len(batch: &Batch, first: usize) -> (usize, usize) {
     let (head, _) = batch.get(first);
     let segment = batch.datagram_len(first);
-    let max = GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / segment.max(1)).max(1);
+    let max = gso_max_packets(segment);
     let mut n = 1;
     while first + n < batch.len() && n < max {
         let (d, _) = batch.get(first + n);
@@ -98,6 +98,11 @@ fn run_len(batch: &Batch, first: usize) -> (usize, usize) {
         n += 1;
     }
     (n, segment)
+}
+
+/// The most packets of `packet_len` bytes one GSO send carries.
+pub(crate) fn gso_max_packets(packet_len: usize) -> usize {
+    GSO_MAX_SEGMENTS.min(GSO_MAX_BYTES / packet_len.max(1)).max(1)
 }
 
 /// Sends up to a scratch-full of messages starting at datagram `first`; returns the first
@@ -115,11 +120,10 @@ fn send_some(
     s.stage.clear();
     s.staged.clear();
     while n < s.hdrs.len() && k < batch.len() {
-        // At most two iovecs a datagram: its slot's bytes, and its tail if it has one.
-        let room = (s.iovs.len() - v) / 2;
+        // A GSO run takes one iovec; a lone datagram at most two: its slot's bytes, and
+        // its tail if it has one.
         let (count, segment) = if *gso { run_len(batch, k) } else { (1, 0) };
-        let count = count.min(room);
-        if count == 0 {
+        if s.iovs.len() - v < if count > 1 { 1 } else { 2 } {
             break;
         }
         let first_iov = v;
