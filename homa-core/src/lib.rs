@@ -114,7 +114,7 @@ pub mod workload;
 
 pub use config::{Config, ConfigError};
 pub use endpoint::{
-    BufferTooShort, Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, ServerRpc, Transmit,
+    BufferTooShort, Endpoint, Event, FailReason, MIN_EPHEMERAL_PORT, Run, ServerRpc, Transmit,
 };
 pub use error::ApiError;
 pub use metrics::Metrics;

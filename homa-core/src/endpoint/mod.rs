@@ -47,6 +47,26 @@ pub struct Transmit {
     pub priority: u8,
 }
 
+/// Packets [`Endpoint::poll_transmit_run`] wrote, one per slot: all to one address at one
+/// level, each filling its slot but the last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// Where to send them.
+    pub to: SocketAddr,
+    /// Their priority level (see [`Transmit::priority`]).
+    pub priority: u8,
+    /// How many (at least one).
+    pub packets: usize,
+    /// Bytes of the last, at the start of its slot.
+    pub last_len: usize,
+}
+
+impl Run {
+    fn one(t: Transmit) -> Run {
+        Run { to: t.to, priority: t.priority, packets: 1, last_len: t.len }
+    }
+}
+
 /// A buffer handed to [`Endpoint::poll_transmit`] shorter than the packets the endpoint
 /// may write ([`Config::max_packet_len`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

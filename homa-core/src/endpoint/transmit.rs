@@ -8,7 +8,7 @@ use crate::time::MaybeTick;
 use crate::time::{Instant, Nanos};
 use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
 
-use super::{BufferTooShort, Endpoint, Transmit};
+use super::{BufferTooShort, Endpoint, Run, Transmit};
 
 impl Endpoint {
     /// Writes the next packet into `buf` and says where it goes; `None` when nothing may
@@ -41,6 +41,39 @@ impl Endpoint {
         Ok(self.transmit(now, buf, Some(&mut slice)).map(|t| (t, slice)))
     }
 
+    /// Packets for one GSO send: as [`poll_transmit`](Endpoint::poll_transmit), each into
+    /// its own [`Config::max_packet_len`]-byte slot of `buf`, back to back (so that a run
+    /// of full packets is one contiguous buffer). They are the packets that successive
+    /// `poll_transmit` calls would write, byte for byte and with the same effects, for as
+    /// long as they are new DATA of one message at one priority and each but the last
+    /// fills its slot; the rest waits for the next call. `buf` must hold at least one slot.
+    ///
+    /// [`Config::max_packet_len`]: crate::Config::max_packet_len
+    pub fn poll_transmit_run(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<Run>, BufferTooShort> {
+        let now = now.as_nanos();
+        self.check_buffer(buf)?;
+        let slot = self.config.max_packet_len();
+        let first = &mut buf[..slot];
+        if let Some(t) = self.transmit_urgent(now, first, None) {
+            return Ok(Some(Run::one(t)));
+        }
+        let Some((key, head)) = self.pick_new() else { return Ok(None) };
+        let Some(t) = self.send_new(key, head, first, None) else { return Ok(None) };
+        let mut run = Run::one(t);
+        while run.last_len == slot && (run.packets + 1) * slot <= buf.len() {
+            let Some(next) = self.run_goes_on(key.rpc, run.priority) else { break };
+            let at = run.packets * slot;
+            let Some(t) = self.send_new(next, true, &mut buf[at..at + slot], None) else { break };
+            run.packets += 1;
+            run.last_len = t.len;
+        }
+        Ok(Some(run))
+    }
+
     fn check_buffer(&self, buf: &[u8]) -> Result<(), BufferTooShort> {
         let need = self.config.max_packet_len();
         if buf.len() < need { Err(BufferTooShort { len: buf.len(), need }) } else { Ok(()) }
@@ -50,6 +83,22 @@ impl Endpoint {
     /// into `buf` (see `poll_transmit_gather`). An out-parameter, not a returned slice: the
     /// copying path then returns only a `Transmit` (BENCHMARKS.md: 118 instructions per RPC).
     fn transmit(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        mut gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
+        if let Some(sent) = self.transmit_urgent(now, buf, gather.as_deref_mut()) {
+            return Some(sent);
+        }
+        let (key, head) = self.pick_new()?;
+        self.send_new(key, head, buf, gather)
+    }
+
+    /// What goes before new DATA (once arrivals are settled and the clock advanced): the
+    /// next control packet, else the next retransmission.
+    #[inline(always)]
+    fn transmit_urgent(
         &mut self,
         now: Nanos,
         buf: &mut [u8],
@@ -69,7 +118,7 @@ impl Endpoint {
                 x.resend_queued = false;
             }
         }
-        self.emit_new_data(buf, gather)
+        None
     }
 
     fn emit_control(&mut self, c: Control, buf: &mut [u8]) -> Transmit {
@@ -131,19 +180,52 @@ impl Endpoint {
         })
     }
 
-    /// Picks the message for the next new DATA packet (SRPT, with the FIFO share) and sends
-    /// one packet of it, if the pacer allows.
-    fn emit_new_data(
-        &mut self,
-        buf: &mut [u8],
-        gather: Option<&mut Option<PayloadSlice>>,
-    ) -> Option<Transmit> {
+    /// Picks the message for the next new DATA packet (SRPT, with the FIFO share), if the
+    /// pacer allows one; with whether it is the SRPT head.
+    #[inline(always)]
+    fn pick_new(&mut self) -> Option<(TxKey, bool)> {
         let top = self.peek_sendable()?;
         let deferrable = top.bytes_left > self.config.defer_min_bytes;
         if deferrable && !self.tx.pacer.admit(self.now) {
             return None;
         }
         let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };
+        Some((key, key == top))
+    }
+
+    /// Whether `pick_new` would pick `r` again now, with nothing to send before it, for a
+    /// packet at `priority`: then a run of its packets goes on (`poll_transmit_run`), and
+    /// its key is returned. Stops before any effect that the next call would not repeat
+    /// (a FIFO pick due, a change of level); the pacer's verdict, if asked, stands either
+    /// way.
+    fn run_goes_on(&mut self, r: RpcRef, priority: u8) -> Option<TxKey> {
+        if !self.tx.control.is_empty() || !self.tx.resends.is_empty() || self.tx.fifo_turn_due()
+        {
+            return None;
+        }
+        let top = self.peek_sendable().filter(|k| k.rpc == r)?;
+        let start = self.rpcs.get(r)?.msgout.as_ref()?.next_offset;
+        if self.data_priority(r, start)? != priority {
+            return None;
+        }
+        let deferrable = top.bytes_left > self.config.defer_min_bytes;
+        if deferrable && !self.tx.pacer.admit(self.now) {
+            return None;
+        }
+        self.tx.fifo_turn(); // not due: it counts the pick
+        Some(top)
+    }
+
+    /// Sends the next packet of new DATA of the message queued under `key` (`head`: the
+    /// SRPT head) and requeues it.
+    #[inline(always)]
+    fn send_new(
+        &mut self,
+        key: TxKey,
+        head: bool,
+        buf: &mut [u8],
+        gather: Option<&mut Option<PayloadSlice>>,
+    ) -> Option<Transmit> {
         let x = self.rpcs.get(key.rpc)?;
         let m = x.msgout.as_ref()?;
         let start = m.next_offset;
@@ -164,8 +246,8 @@ impl Endpoint {
         x.tx_queued = still_sendable;
         if still_sendable {
             let new_key = TxKey { bytes_left: m.bytes_left(), birth: key.birth, rpc: key.rpc };
-            if key == top { self.tx.replace_top(new_key) } else { self.tx.push(new_key) }
-        } else if key == top {
+            if head { self.tx.replace_top(new_key) } else { self.tx.push(new_key) }
+        } else if head {
             self.tx.pop();
         }
         let worried = x.timer.worried;

@@ -198,6 +198,11 @@ impl TxQueues {
         false
     }
 
+    /// Whether the next pick is the FIFO pick (without counting a pick).
+    pub(crate) fn fifo_turn_due(&self) -> bool {
+        self.fifo_fraction != 0 && self.fifo_count - self.fifo_fraction <= 0
+    }
+
     /// The queued messages, in no particular order (for the FIFO pick).
     pub(crate) fn queued(&self) -> impl Iterator<Item = TxKey> + '_ {
         self.srpt.iter().map(|Reverse(k)| *k)
