@@ -130,6 +130,10 @@ pub(crate) struct Inner {
     receiver: Receiver,
     intake: Intake,
     tx: Batch,
+    /// Packets are small enough for GSO runs: they go into the send batch in runs
+    /// (`Endpoint::poll_transmit_run`), whole, each run one contiguous buffer. Otherwise
+    /// (64 KB packets, one per send) a DATA packet's message bytes are its tail.
+    tx_runs: bool,
     calls: Calls,
     to_wake: ToWake,
     alarm: Alarm,
@@ -306,6 +310,7 @@ impl Shared {
             receiver: Receiver::Driver { claimed: false },
             intake: Intake::new(),
             tx: Batch::new(tx_capacity(slot_len), slot_len),
+            tx_runs: gso_max_packets(slot_len) > 1,
             calls: Calls::default(),
             to_wake: ToWake::default(),
             alarm: Alarm::new(timer.as_raw_fd(), origin, tick_ns),

@@ -18,15 +18,34 @@ impl Inner {
     /// Step 1 of the driving rule: takes every ready packet (into the send batch, sent
     /// when full) and every event.
     pub(super) fn drain(&mut self, now: Nanos) {
-        while let Some((t, tail)) = self
-            .endpoint
-            .poll_transmit_gather(Instant::from_nanos(now), self.tx.next_slot())
-            .expect("send slots hold max_packet_len")
-        {
-            let d = Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 };
-            self.tx.push_gather(d, tail);
-            if self.tx.is_full() {
-                self.flush();
+        let now = Instant::from_nanos(now);
+        if self.tx_runs {
+            while let Some(run) = self
+                .endpoint
+                .poll_transmit_run(now, self.tx.free_slots())
+                .expect("send slots hold max_packet_len")
+            {
+                let slot = self.tx.slot_len();
+                for i in 1..=run.packets {
+                    let len = if i == run.packets { run.last_len } else { slot };
+                    let d = Datagram { addr: run.to, len, priority: run.priority, segment: 0 };
+                    self.tx.push(d);
+                }
+                if self.tx.is_full() {
+                    self.flush();
+                }
+            }
+        } else {
+            while let Some((t, tail)) = self
+                .endpoint
+                .poll_transmit_gather(now, self.tx.next_slot())
+                .expect("send slots hold max_packet_len")
+            {
+                let d = Datagram { addr: t.to, len: t.len, priority: t.priority, segment: 0 };
+                self.tx.push_gather(d, tail);
+                if self.tx.is_full() {
+                    self.flush();
+                }
             }
         }
         while let Some(event) = self.endpoint.poll_event() {

@@ -220,6 +220,28 @@ impl Batch {
         self.slot_mut(self.items.len())
     }
 
+    /// The slots not yet filled, as one buffer (they follow each other): for packets
+    /// written back to back, one per slot, then [`push`](Batch::push)ed in order. Empty
+    /// when the batch is full.
+    pub fn free_slots(&mut self) -> &mut [u8] {
+        let start = self.base + self.items.len() * self.slot_len;
+        let end = self.base + self.capacity() * self.slot_len;
+        &mut self.buf[start..end]
+    }
+
+    /// The bytes of datagrams `first..first + count` as they lie in their slots, if they
+    /// are one contiguous buffer: none has a tail and each but the last fills its slot.
+    pub(crate) fn contiguous(&self, first: usize, count: usize) -> Option<&[u8]> {
+        let (items, tails) = (&self.items[first..first + count], &self.tails[first..first + count]);
+        let full = items[..count - 1].iter().all(|d| d.len == self.slot_len);
+        if !full || tails.iter().any(Option::is_some) {
+            return None;
+        }
+        let start = self.base + first * self.slot_len;
+        let end = start + (count - 1) * self.slot_len + items[count - 1].len;
+        Some(&self.buf[start..end])
+    }
+
     /// Slot `i` (any slot, filled or not), e.g. for a transport that receives into several
     /// slots with one system call. Panics if `i >= capacity`.
     pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
@@ -594,6 +616,25 @@ mod tests {
         assert_eq!(source(global.into(), false), Some(a("[2001:db8::1]:5")), "no scope");
         assert_eq!(canonical(a("[::ffff:1.2.3.4]:5"), true, false), None, "IPv4 on an IPv6 socket");
         assert_eq!(canonical(a("1.2.3.4:5"), false, true), Some(a("1.2.3.4:0")));
+    }
+
+    #[test]
+    fn packets_written_one_per_slot_are_one_buffer() {
+        let a: SocketAddr = "1.2.3.4:5".parse().unwrap();
+        let d = |len| Datagram { addr: a, len, priority: 0, segment: 0 };
+        let mut b = Batch::new(4, 8);
+        b.free_slots()[..21].copy_from_slice(&[7; 21]); // two full packets, then 5 bytes
+        for len in [8, 8, 5] {
+            b.push(d(len));
+        }
+        assert_eq!(b.free_slots().len(), 8, "one slot left");
+        assert_eq!(b.contiguous(0, 3), Some(&[7; 21][..]));
+        b.clear();
+        for len in [8, 5, 8] {
+            b.push(d(len));
+        }
+        assert_eq!(b.contiguous(0, 3), None, "a short packet before the last");
+        assert_eq!(b.contiguous(0, 2).map(<[u8]>::len), Some(13));
     }
 
     #[test]

@@ -127,7 +127,12 @@ fn send_some(
             break;
         }
         let first_iov = v;
-        if count > 1 {
+        let whole = if count > 1 { batch.contiguous(k, count) } else { None };
+        if let Some(run) = whole {
+            // Written back to back, one packet per slot: the run is one buffer already.
+            s.iovs[v] = iovec(run);
+            v += 1;
+        } else if count > 1 {
             // A GSO run goes as one buffer, copied here: the kernel copies one buffer for
             // less than two iovecs a segment (header, payload) cost it, by more than this
             // copy costs (homa bench throughput at MTU 1500: 8-10 % less CPU per byte).
