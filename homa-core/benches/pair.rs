@@ -27,6 +27,9 @@ pub(crate) struct Pair {
     pub(crate) now: u64,
     /// The server answers with this many bytes, or echoes the request when `None`.
     pub(crate) response_len: Option<usize>,
+    /// Packets are taken in GSO runs of up to this many (`poll_transmit_run`), as homa-io
+    /// sends at small MTUs; 0: one by one (`poll_transmit`).
+    pub(crate) run_slots: usize,
     buf: Vec<u8>,
 }
 
@@ -44,7 +47,8 @@ impl Pair {
             port,
             now: 0,
             response_len: None,
-            buf: vec![0; config.max_packet_len()],
+            run_slots: 0,
+            buf: vec![0; config.max_packet_len() * 64],
         }
     }
 
@@ -54,14 +58,20 @@ impl Pair {
         let mut response = None;
         loop {
             let mut moved = false;
-            while let Some(t) =
-                self.client.poll_transmit(Instant::from_nanos(self.now), &mut self.buf).unwrap()
-            {
-                let _ = self.server.handle_packet(
-                    Instant::from_nanos(self.now),
-                    self.client_addr,
-                    &self.buf[..t.len],
-                );
+            let now = Instant::from_nanos(self.now);
+            if self.run_slots > 0 {
+                let slot = self.client.config().max_packet_len();
+                let buf = &mut self.buf[..slot * self.run_slots];
+                while let Some(run) = self.client.poll_transmit_run(now, buf).unwrap() {
+                    for (i, packet) in buf.chunks(slot).take(run.packets).enumerate() {
+                        let len = if i + 1 == run.packets { run.last_len } else { slot };
+                        let _ = self.server.handle_packet(now, self.client_addr, &packet[..len]);
+                    }
+                    moved = true;
+                }
+            }
+            while let Some(t) = self.client.poll_transmit(now, &mut self.buf).unwrap() {
+                let _ = self.server.handle_packet(now, self.client_addr, &self.buf[..t.len]);
                 moved = true;
             }
             while let Some(event) = self.server.poll_event() {

@@ -32,9 +32,12 @@ fn main() {
                 black_box(pair.rpc(vec![1; 100], 1000));
             }
         }
-        "megabyte" => {
+        "megabyte" | "runs" => {
             let mut pair = Pair::new(Config { link_mbps: 1_000_000, ..Config::default() });
             pair.response_len = Some(1);
+            if scenario == "runs" {
+                pair.run_slots = 44; // a 64 KB GSO send at MTU 1500
+            }
             pair.rpc(vec![1; 100], 1000);
             let message: Arc<Vec<u8>> = Arc::new(vec![1; 1_000_000]);
             for _ in 0..n {
@@ -44,7 +47,7 @@ fn main() {
         "data" => data(n, 1),
         "train" => data(n, TRAIN),
         other => {
-            eprintln!("unknown scenario {other:?}: rpc | megabyte | data | train");
+            eprintln!("unknown scenario {other:?}: rpc | megabyte | runs | data | train");
             std::process::exit(2);
         }
     }

@@ -105,7 +105,13 @@ fn exchange_in_runs(config: Config, slots: usize) -> Vec<usize> {
     while responses < sizes.len() {
         let (a, got) = single.step(now);
         let (b, _) = runs.step(now);
-        assert_eq!(a.len(), b.len(), "at {now} ns: {} packets one by one, {} in runs", a.len(), b.len());
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "at {now} ns: {} packets one by one, {} in runs",
+            a.len(),
+            b.len()
+        );
         for (k, (a, b)) in a.iter().zip(&b).enumerate() {
             assert!(a == b, "at {now} ns, packet {k} differs");
         }

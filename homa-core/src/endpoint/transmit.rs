@@ -2,6 +2,7 @@
 
 use crate::metrics::type_index;
 use crate::msg::PayloadSlice;
+use crate::msg::outgoing::OutMessage;
 use crate::rpc::{RpcRef, State};
 use crate::sched::tx::{Control, ControlBody, TxKey};
 use crate::time::MaybeTick;
@@ -9,6 +10,15 @@ use crate::time::{Instant, Nanos};
 use crate::wire::{self, Ack, Body, MAX_ACKS, PacketType, data, header};
 
 use super::{BufferTooShort, Endpoint, Run, Transmit};
+
+/// A message's next packet, which may follow its last in a GSO run (`next_of`).
+#[derive(Clone, Copy)]
+struct Next {
+    /// Its SRPT key: the heap's head.
+    key: TxKey,
+    /// It is unscheduled data (sent at the unscheduled level; else at the granted one).
+    unscheduled: bool,
+}
 
 impl Endpoint {
     /// Writes the next packet into `buf` and says where it goes; `None` when nothing may
@@ -62,14 +72,18 @@ impl Endpoint {
             return Ok(Some(Run::one(t)));
         }
         let Some((key, head)) = self.pick_new() else { return Ok(None) };
+        let unscheduled = self.next_of(key).is_some_and(|n| n.unscheduled); // the run's side
         let Some(t) = self.send_new(key, head, first, None) else { return Ok(None) };
         let mut run = Run::one(t);
+        // Only the SRPT head goes on, and it stays the head as it sends (fewer bytes left
+        // only raise it): `last` is the key it went under.
+        let mut last = head.then_some(key);
         while run.last_len == slot && (run.packets + 1) * slot <= buf.len() {
-            let Some(next) = self.run_goes_on(key.rpc, run.priority) else { break };
+            let next = last.and_then(|k| self.next_of(k));
+            let Some(key) = next.and_then(|n| self.run_goes_on(n, unscheduled)) else { break };
             let at = run.packets * slot;
-            let Some(t) = self.send_new(next, true, &mut buf[at..at + slot], None) else { break };
-            run.packets += 1;
-            run.last_len = t.len;
+            let Some(t) = self.send_new(key, true, &mut buf[at..at + slot], None) else { break };
+            (run.packets, run.last_len, last) = (run.packets + 1, t.len, Some(key));
         }
         Ok(Some(run))
     }
@@ -82,6 +96,8 @@ impl Endpoint {
     /// The next packet; with `gather`, a multi-packet message's bytes go there instead of
     /// into `buf` (see `poll_transmit_gather`). An out-parameter, not a returned slice: the
     /// copying path then returns only a `Transmit` (BENCHMARKS.md: 118 instructions per RPC).
+    /// The steps it shares with `poll_transmit_run` are inlined into both: called, they
+    /// cost the RPC and DATA paths 2-3 % more instructions.
     fn transmit(
         &mut self,
         now: Nanos,
@@ -121,6 +137,7 @@ impl Endpoint {
         None
     }
 
+    #[inline(always)]
     fn emit_control(&mut self, c: Control, buf: &mut [u8]) -> Transmit {
         let body = match c.body {
             ControlBody::Grant { offset, priority } => {
@@ -193,27 +210,36 @@ impl Endpoint {
         Some((key, key == top))
     }
 
-    /// Whether `pick_new` would pick `r` again now, with nothing to send before it, for a
-    /// packet at `priority`: then a run of its packets goes on (`poll_transmit_run`), and
-    /// its key is returned. Stops before any effect that the next call would not repeat
-    /// (a FIFO pick due, a change of level); the pacer's verdict, if asked, stands either
-    /// way.
-    fn run_goes_on(&mut self, r: RpcRef, priority: u8) -> Option<TxKey> {
-        if !self.tx.control.is_empty() || !self.tx.resends.is_empty() || self.tx.fifo_turn_due()
+    /// Whether `pick_new` would pick the SRPT head `next` now, with nothing to send before
+    /// it, for a packet on the `unscheduled` side of its message (where its level is the
+    /// run's): then a run of its packets goes on (`poll_transmit_run`). Stops before any
+    /// effect that the next call would not repeat (a FIFO pick due, a change of level); the
+    /// pacer's verdict, if asked, stands either way.
+    fn run_goes_on(&mut self, next: Next, unscheduled: bool) -> Option<TxKey> {
+        if !self.tx.control.is_empty()
+            || !self.tx.resends.is_empty()
+            || self.tx.fifo_turn_due()
+            || next.unscheduled != unscheduled
         {
             return None;
         }
-        let top = self.peek_sendable().filter(|k| k.rpc == r)?;
-        let start = self.rpcs.get(r)?.msgout.as_ref()?.next_offset;
-        if self.data_priority(r, start)? != priority {
-            return None;
-        }
-        let deferrable = top.bytes_left > self.config.defer_min_bytes;
+        let deferrable = next.key.bytes_left > self.config.defer_min_bytes;
         if deferrable && !self.tx.pacer.admit(self.now) {
             return None;
         }
         self.tx.fifo_turn(); // not due: it counts the pick
-        Some(top)
+        Some(next.key)
+    }
+
+    /// The next packet of the message that was queued under `key`, if it can go now: its
+    /// key then (with which `peek_sendable` returns it, if it heads the queue).
+    fn next_of(&self, key: TxKey) -> Option<Next> {
+        let x = self.rpcs.get(key.rpc)?;
+        let sendable =
+            |m: &&OutMessage| x.tx_queued && x.state == State::Outgoing && m.can_send_new();
+        let m = x.msgout.as_ref().filter(sendable)?;
+        let key = TxKey { bytes_left: m.bytes_left(), ..key };
+        Some(Next { key, unscheduled: m.next_offset < m.unscheduled })
     }
 
     /// Sends the next packet of new DATA of the message queued under `key` (`head`: the

@@ -27,8 +27,8 @@ pub(super) use errqueue::{drain_errors, is_unreachable, may_be_pending};
 pub(crate) use ready::{clear, signal};
 pub(super) use ready::{pending, readable};
 pub(crate) use recv::MAX_RUN;
-pub(crate) use send::gso_max_packets;
 pub(super) use recv::{RecvMode, Run, peek, recv_batch, recv_split};
+pub(crate) use send::gso_max_packets;
 pub(super) use send::{refused, send_batch};
 pub(super) use sockopt::{getsockopt_int, receive_drops, setsockopt_int};
 
