@@ -63,16 +63,16 @@ impl Pair {
                 let slot = self.client.config().max_packet_len();
                 let buf = &mut self.buf[..slot * self.run_slots];
                 while let Some(run) = self.client.poll_transmit_run(now, buf).unwrap() {
-                    for (i, packet) in buf.chunks(slot).take(run.packets).enumerate() {
-                        let len = if i + 1 == run.packets { run.last_len } else { slot };
+                    for (packet, len) in buf.chunks(slot).zip(run.lens(slot)) {
                         let _ = self.server.handle_packet(now, self.client_addr, &packet[..len]);
                     }
                     moved = true;
                 }
-            }
-            while let Some(t) = self.client.poll_transmit(now, &mut self.buf).unwrap() {
-                let _ = self.server.handle_packet(now, self.client_addr, &self.buf[..t.len]);
-                moved = true;
+            } else {
+                while let Some(t) = self.client.poll_transmit(now, &mut self.buf).unwrap() {
+                    let _ = self.server.handle_packet(now, self.client_addr, &self.buf[..t.len]);
+                    moved = true;
+                }
             }
             while let Some(event) = self.server.poll_event() {
                 if let Event::RequestReceived { rpc, message, .. } = event {

@@ -14,8 +14,9 @@
 //! [`Endpoint::handle_timeout`] and the API calls
 //! (`send_request`, `send_response`, `abort`, `bind`, ...); each takes the current time as an
 //! [`Instant`] (nanoseconds from any origin).
-//! Outputs are packets ([`Endpoint::poll_transmit`], or [`Endpoint::poll_transmit_gather`]
-//! for a vectored send that leaves long messages' bytes where they are), events
+//! Outputs are packets ([`Endpoint::poll_transmit`]; [`Endpoint::poll_transmit_gather`]
+//! for a vectored send that leaves long messages' bytes where they are;
+//! [`Endpoint::poll_transmit_run`] for a GSO send of one message's packets), events
 //! ([`Endpoint::poll_event`]) and a deadline ([`Endpoint::poll_timeout`]). The rule:
 //!
 //! 1. after **any** input (or a batch of inputs handed in at one `now`, e.g. the packets of

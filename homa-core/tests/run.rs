@@ -50,8 +50,7 @@ impl World {
         }
         while let Some(run) = ep.poll_transmit_run(now, &mut buf).unwrap() {
             runs.push(run.packets);
-            for (i, slot) in buf.chunks(len).take(run.packets).enumerate() {
-                let end = if i + 1 == run.packets { run.last_len } else { len };
+            for (slot, end) in buf.chunks(len).zip(run.lens(len)) {
                 out.push((run.to, run.priority, slot[..end].to_vec()));
             }
         }
@@ -114,6 +113,10 @@ fn exchange_in_runs(config: Config, slots: usize) -> Vec<usize> {
         );
         for (k, (a, b)) in a.iter().zip(&b).enumerate() {
             assert!(a == b, "at {now} ns, packet {k} differs");
+        }
+        let ends = [(&mut single.client, &mut runs.client), (&mut single.server, &mut runs.server)];
+        for (a, b) in ends {
+            assert_eq!(a.poll_timeout(), b.poll_timeout(), "at {now} ns: the timers differ");
         }
         responses += got;
         now += 1_000;

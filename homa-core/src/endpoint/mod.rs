@@ -65,6 +65,13 @@ impl Run {
     fn one(t: Transmit) -> Run {
         Run { to: t.to, priority: t.priority, packets: 1, last_len: t.len }
     }
+
+    /// The packets' lengths, slot by slot, for slots of `slot_len` bytes
+    /// ([`Config::max_packet_len`]).
+    pub fn lens(&self, slot_len: usize) -> impl Iterator<Item = usize> + use<> {
+        let (packets, last) = (self.packets, self.last_len);
+        (1..=packets).map(move |i| if i == packets { last } else { slot_len })
+    }
 }
 
 /// A buffer handed to [`Endpoint::poll_transmit`] shorter than the packets the endpoint

@@ -14,7 +14,7 @@ use super::{BufferTooShort, Endpoint, Run, Transmit};
 /// A message's next packet, which may follow its last in a GSO run (`next_of`).
 #[derive(Clone, Copy)]
 struct Next {
-    /// Its SRPT key: the heap's head.
+    /// Its SRPT key.
     key: TxKey,
     /// It is unscheduled data (sent at the unscheduled level; else at the granted one).
     unscheduled: bool,
@@ -56,7 +56,9 @@ impl Endpoint {
     /// of full packets is one contiguous buffer). They are the packets that successive
     /// `poll_transmit` calls would write, byte for byte and with the same effects, for as
     /// long as they are new DATA of one message at one priority and each but the last
-    /// fills its slot; the rest waits for the next call. `buf` must hold at least one slot.
+    /// fills its slot; the rest waits for the next call. As with `poll_transmit`, call
+    /// again until it returns `None` (the pacer may have been asked about the next packet).
+    /// `buf` must hold at least one slot.
     ///
     /// [`Config::max_packet_len`]: crate::Config::max_packet_len
     pub fn poll_transmit_run(
@@ -80,7 +82,7 @@ impl Endpoint {
         let mut last = head.then_some(key);
         while run.last_len == slot && (run.packets + 1) * slot <= buf.len() {
             let next = last.and_then(|k| self.next_of(k));
-            let Some(key) = next.and_then(|n| self.run_goes_on(n, unscheduled)) else { break };
+            let Some(key) = next.and_then(|n| self.pick_in_run(n, unscheduled)) else { break };
             let at = run.packets * slot;
             let Some(t) = self.send_new(key, true, &mut buf[at..at + slot], None) else { break };
             (run.packets, run.last_len, last) = (run.packets + 1, t.len, Some(key));
@@ -202,29 +204,32 @@ impl Endpoint {
     #[inline(always)]
     fn pick_new(&mut self) -> Option<(TxKey, bool)> {
         let top = self.peek_sendable()?;
-        let deferrable = top.bytes_left > self.config.defer_min_bytes;
-        if deferrable && !self.tx.pacer.admit(self.now) {
+        if !self.paced_in(top) {
             return None;
         }
         let key = if self.tx.fifo_turn() { self.oldest_sendable().unwrap_or(top) } else { top };
         Some((key, key == top))
     }
 
-    /// Whether `pick_new` would pick the SRPT head `next` now, with nothing to send before
-    /// it, for a packet on the `unscheduled` side of its message (where its level is the
-    /// run's): then a run of its packets goes on (`poll_transmit_run`). Stops before any
-    /// effect that the next call would not repeat (a FIFO pick due, a change of level); the
-    /// pacer's verdict, if asked, stands either way.
-    fn run_goes_on(&mut self, next: Next, unscheduled: bool) -> Option<TxKey> {
+    /// Whether the pacer lets new DATA of the message queued under `key` go now (a message
+    /// with at most `defer_min_bytes` left always may).
+    #[inline(always)]
+    fn paced_in(&mut self, key: TxKey) -> bool {
+        key.bytes_left <= self.config.defer_min_bytes || self.tx.pacer.admit(self.now)
+    }
+
+    /// `pick_new` for the next packet of a run (`poll_transmit_run`): if `pick_new` would
+    /// pick the SRPT head `next` now, with nothing to send before it, for a packet on the
+    /// `unscheduled` side of its message (where its level is the run's), counts the pick
+    /// and returns its key. Stops before any effect that the next call would not repeat (a
+    /// FIFO pick due, a change of level); the pacer's verdict, if asked, stands either way.
+    fn pick_in_run(&mut self, next: Next, unscheduled: bool) -> Option<TxKey> {
         if !self.tx.control.is_empty()
             || !self.tx.resends.is_empty()
             || self.tx.fifo_turn_due()
             || next.unscheduled != unscheduled
+            || !self.paced_in(next.key)
         {
-            return None;
-        }
-        let deferrable = next.key.bytes_left > self.config.defer_min_bytes;
-        if deferrable && !self.tx.pacer.admit(self.now) {
             return None;
         }
         self.tx.fifo_turn(); // not due: it counts the pick

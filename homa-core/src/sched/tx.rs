@@ -172,7 +172,7 @@ impl TxQueues {
     /// bytes left): it stays the head, without a pop and a push.
     pub(crate) fn replace_top(&mut self, key: TxKey) {
         if let Some(mut top) = self.srpt.peek_mut() {
-            debug_assert!(key <= top.0, "a new key never ranks lower");
+            debug_assert!(key.rpc == top.0.rpc && key <= top.0, "the head's own, ranking higher");
             *top = Reverse(key);
         }
     }

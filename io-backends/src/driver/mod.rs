@@ -130,9 +130,10 @@ pub(crate) struct Inner {
     receiver: Receiver,
     intake: Intake,
     tx: Batch,
-    /// Packets are small enough for GSO runs: they go into the send batch in runs
-    /// (`Endpoint::poll_transmit_run`), whole, each run one contiguous buffer. Otherwise
-    /// (64 KB packets, one per send) a DATA packet's message bytes are its tail.
+    /// Packets are small enough for GSO runs: where the transport sends runs
+    /// (`Transport::sends_runs`), they go into the send batch in runs
+    /// (`Endpoint::poll_transmit_run`), each one contiguous buffer. Otherwise (64 KB
+    /// packets, one per send) a DATA packet's message bytes are its tail.
     tx_runs: bool,
     calls: Calls,
     to_wake: ToWake,

@@ -19,15 +19,13 @@ impl Inner {
     /// when full) and every event.
     pub(super) fn drain(&mut self, now: Nanos) {
         let now = Instant::from_nanos(now);
-        if self.tx_runs {
+        if self.tx_runs && self.transport.as_ref().is_some_and(|t| t.sends_runs()) {
             while let Some(run) = self
                 .endpoint
                 .poll_transmit_run(now, self.tx.free_slots())
                 .expect("send slots hold max_packet_len")
             {
-                let slot = self.tx.slot_len();
-                for i in 1..=run.packets {
-                    let len = if i == run.packets { run.last_len } else { slot };
+                for len in run.lens(self.tx.slot_len()) {
                     let d = Datagram { addr: run.to, len, priority: run.priority, segment: 0 };
                     self.tx.push(d);
                 }

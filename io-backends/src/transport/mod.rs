@@ -169,6 +169,8 @@ pub struct Batch {
     items: Vec<Datagram>,
     /// Per datagram, the bytes that follow its slot's (sending only).
     tails: Vec<Option<PayloadSlice>>,
+    /// Slots in `buf` (a `Vec` may hold room for more items than asked).
+    capacity: usize,
 }
 
 /// Alignment of a batch's first slot.
@@ -181,12 +183,12 @@ impl Batch {
         let buf = vec![0; len + if len == 0 { 0 } else { BATCH_ALIGN }];
         let base = if len == 0 { 0 } else { buf.as_ptr().align_offset(BATCH_ALIGN) };
         let (items, tails) = (Vec::with_capacity(capacity), Vec::with_capacity(capacity));
-        Batch { buf, base, slot_len, items, tails }
+        Batch { buf, base, slot_len, items, tails, capacity }
     }
 
     /// How many datagrams the batch holds when full.
     pub fn capacity(&self) -> usize {
-        self.items.capacity()
+        self.capacity
     }
 
     /// The bytes each slot holds: the longest datagram it takes.
@@ -232,6 +234,9 @@ impl Batch {
     /// The bytes of datagrams `first..first + count` as they lie in their slots, if they
     /// are one contiguous buffer: none has a tail and each but the last fills its slot.
     pub(crate) fn contiguous(&self, first: usize, count: usize) -> Option<&[u8]> {
+        if count == 0 {
+            return None;
+        }
         let (items, tails) = (&self.items[first..first + count], &self.tails[first..first + count]);
         let full = items[..count - 1].iter().all(|d| d.len == self.slot_len);
         if !full || tails.iter().any(Option::is_some) {
@@ -468,6 +473,14 @@ pub trait Transport: Send + fmt::Debug {
     /// from now on (see [`receives_on_poster`](Transport::receives_on_poster)); cheap when
     /// they already do. By default nothing.
     fn receive_here(&mut self) {}
+
+    /// Whether a run of equal-sized datagrams to one peer that lie back to back in their
+    /// [`Batch`] slots goes to the kernel as one buffer (UDP GSO): then the driver has the
+    /// endpoint write such runs (`homa_core::Endpoint::poll_transmit_run`). Otherwise a
+    /// DATA packet's message bytes go as its tail, uncopied. By default not.
+    fn sends_runs(&self) -> bool {
+        false
+    }
 
     /// Whether this transport receives in place ([`peek`](Transport::peek),
     /// [`recv_split`](Transport::recv_split)); by default not.

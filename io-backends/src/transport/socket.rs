@@ -264,6 +264,10 @@ impl Transport for SocketTransport {
 
     /// UDP only. (Raw IPv4 sockets deliver the IP header first, of varying length; raw
     /// IPv6 could, but is not done.)
+    fn sends_runs(&self) -> bool {
+        self.gso
+    }
+
     fn receives_in_place(&self) -> bool {
         !self.raw()
     }

@@ -123,7 +123,8 @@ fn send_some(
         // A GSO run takes one iovec; a lone datagram at most two: its slot's bytes, and
         // its tail if it has one.
         let (count, segment) = if *gso { run_len(batch, k) } else { (1, 0) };
-        if s.iovs.len() - v < if count > 1 { 1 } else { 2 } {
+        let need = if count > 1 { 1 } else { 2 };
+        if s.iovs.len() - v < need {
             break;
         }
         let first_iov = v;
