@@ -7,7 +7,7 @@ use arbitrary::Arbitrary;
 use homa_core::time::Nanos;
 use homa_core::time::{NANOS_PER_MSEC, NANOS_PER_USEC};
 use homa_core::wire::{self, Body, PacketType};
-use homa_core::{ApiError, Config, Endpoint, Event, Instant, Metrics};
+use homa_core::{ApiError, Config, Endpoint, Event, Instant, Metrics, Transmit};
 
 const fn v4(a: u8, b: u8, c: u8, d: u8, port: u16) -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(a, b, c, d), port))
@@ -25,6 +25,8 @@ pub(crate) const PEERS: [SocketAddr; 5] = [
 
 /// The server port the targets bind.
 pub(crate) const SERVER_PORT: u16 = 99;
+/// Packets a drain by runs (`poll_transmit_run`) takes per call, at most.
+const RUN_SLOTS: usize = 8;
 
 /// `choices[x % len]`: index 0 of every choice list is the module's default.
 pub(crate) fn pick<T: Copy>(choices: &[T], x: u8) -> T {
@@ -151,7 +153,7 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(config: Config) -> Node {
-        let buf = vec![0; config.max_packet_len()];
+        let buf = vec![0; config.max_packet_len() * RUN_SLOTS];
         let ep = Endpoint::new(config).expect("targets build valid configs");
         Node { ep, clock: 0, buf, handed: 0, held: false }
     }
@@ -328,56 +330,63 @@ impl Node {
         out
     }
 
-    /// `poll_transmit_gather` (what homa-io calls) or, after every other input,
-    /// `poll_transmit` (the simulator's and the sans-IO bindings' copying variant) until
-    /// `None`, then `poll_event` until `None`, checking each packet.
+    /// By turns after each input, `poll_transmit_gather` (what homa-io calls at 64 KB
+    /// packets), `poll_transmit` (the simulator's and the sans-IO bindings' copying
+    /// variant) or `poll_transmit_run` (homa-io's at MTU 1500) until `None`, then
+    /// `poll_event` until `None`, checking each packet.
     fn drain(&mut self) -> Output {
         let config = self.ep.config().clone();
+        let slot = config.max_packet_len();
         let mut out = Output::default();
         let mut control = 0u64;
-        let gather = self.handed.is_multiple_of(2);
+        let mode = self.handed % 3;
         loop {
-            let next = if gather {
-                self.ep
-                    .poll_transmit_gather(Instant::from_nanos(self.clock), &mut self.buf)
-                    .expect("the buffer holds max_packet_len")
-            } else {
-                self.ep
-                    .poll_transmit(Instant::from_nanos(self.clock), &mut self.buf)
-                    .expect("the buffer holds max_packet_len")
-                    .map(|t| (t, None))
-            };
-            let Some((mut t, slice)) = next else { break };
-            if let Some(s) = slice {
-                assert!(!s.is_empty(), "{t:?}: an empty payload slice");
-                let end = t.len + s.len();
-                assert!(end <= config.max_packet_len(), "{t:?} + {s:?} longer than max_packet_len");
-                self.buf[t.len..end].copy_from_slice(s.as_slice());
-                t.len = end;
+            let now = Instant::from_nanos(self.clock);
+            // The packets of one call: destination, level, where their bytes are in `buf`.
+            let mut got = Vec::new();
+            match mode {
+                0 => {
+                    let next = self.ep.poll_transmit_gather(now, &mut self.buf[..slot]);
+                    let Some((mut t, slice)) = next.expect("the buffer holds max_packet_len")
+                    else {
+                        break;
+                    };
+                    if let Some(s) = slice {
+                        assert!(!s.is_empty(), "{t:?}: an empty payload slice");
+                        let end = t.len + s.len();
+                        assert!(end <= slot, "{t:?} + {s:?} longer than max_packet_len");
+                        self.buf[t.len..end].copy_from_slice(s.as_slice());
+                        t.len = end;
+                    }
+                    got.push((t.to, t.priority, 0..t.len));
+                }
+                1 => {
+                    let next = self.ep.poll_transmit(now, &mut self.buf[..slot]);
+                    let Some(t) = next.expect("the buffer holds max_packet_len") else { break };
+                    got.push((t.to, t.priority, 0..t.len));
+                }
+                _ => {
+                    let next = self.ep.poll_transmit_run(now, &mut self.buf);
+                    let Some(run) = next.expect("the buffer holds a slot") else { break };
+                    assert!(run.packets * slot <= self.buf.len(), "{run:?}: more than the room");
+                    for (i, len) in run.lens(slot).enumerate() {
+                        assert!(i + 1 == run.packets || len == slot, "{run:?}: a short packet");
+                        got.push((run.to, run.priority, i * slot..i * slot + len));
+                    }
+                }
             }
-            assert!(t.len <= config.max_packet_len(), "{t:?} longer than max_packet_len");
-            let bytes = &self.buf[..t.len];
-            let repr = wire::Repr::parse(bytes).unwrap_or_else(|e| {
-                panic!("poll_transmit gave an invalid packet ({e}): {bytes:02x?}")
-            });
-            assert_eq!(repr.buffer_len(), t.len, "trailing bytes after {:?}", repr.packet_type());
-            // Control packets go at our top level; DATA at the level the receiver asked for
-            // in GRANT or RESEND (as in the module, a sender does not clip it to its own
-            // `num_priorities`), so only the wire's range applies.
-            assert!(t.priority < wire::MAX_PRIORITIES, "{t:?}: no such priority level");
-            if !matches!(repr.body, Body::Data { .. }) {
-                assert_eq!(t.priority, config.num_priorities - 1, "{t:?}: control packet level");
-            }
-            match repr.body {
-                Body::Data { payload, .. } => assert!(!payload.is_empty(), "DATA without payload"),
-                _ => control += 1,
+            let in_run = got.len() > 1;
+            for (to, priority, at) in got {
+                let t = Transmit { to, len: at.len(), priority };
+                let bytes = &self.buf[at];
+                control += check_sent(&config, t, bytes, in_run);
+                out.packets.push(Sent { to, priority, bytes: bytes.to_vec() });
             }
             assert!(
                 control <= u64::from(config.max_pending_control),
                 "more than max_pending_control ({}) control packets in one drain",
                 config.max_pending_control
             );
-            out.packets.push(Sent { to: t.to, priority: t.priority, bytes: bytes.to_vec() });
             assert!(out.packets.len() < 1_000_000, "poll_transmit never stops");
         }
         while let Some(event) = self.ep.poll_event() {
@@ -416,5 +425,31 @@ impl Node {
             (0, 0, 0, 0, 0),
             "{who}: no RPC, yet message memory or grant state remains: {m:?}"
         );
+    }
+}
+
+/// Checks a packet given by a drain (`in_run`: one of several of one call, which are
+/// DATA); returns 1 if it is a control packet.
+fn check_sent(config: &Config, t: Transmit, bytes: &[u8], in_run: bool) -> u64 {
+    assert!(t.len <= config.max_packet_len(), "{t:?} longer than max_packet_len");
+    let repr = wire::Repr::parse(bytes)
+        .unwrap_or_else(|e| panic!("poll_transmit gave an invalid packet ({e}): {bytes:02x?}"));
+    assert_eq!(repr.buffer_len(), t.len, "trailing bytes after {:?}", repr.packet_type());
+    // Control packets go at our top level; DATA at the level the receiver asked for
+    // in GRANT or RESEND (as in the module, a sender does not clip it to its own
+    // `num_priorities`), so only the wire's range applies.
+    assert!(t.priority < wire::MAX_PRIORITIES, "{t:?}: no such priority level");
+    if !matches!(repr.body, Body::Data { .. }) {
+        assert_eq!(t.priority, config.num_priorities - 1, "{t:?}: control packet level");
+    }
+    match repr.body {
+        Body::Data { payload, .. } => {
+            assert!(!payload.is_empty(), "DATA without payload");
+            0
+        }
+        _ => {
+            assert!(!in_run, "{t:?}: a control packet in a run");
+            1
+        }
     }
 }
