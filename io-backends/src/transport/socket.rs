@@ -262,12 +262,13 @@ impl Transport for SocketTransport {
         self.unreachable.pop_front()
     }
 
-    /// UDP only. (Raw IPv4 sockets deliver the IP header first, of varying length; raw
-    /// IPv6 could, but is not done.)
+    /// UDP with GSO.
     fn sends_runs(&self) -> bool {
         self.gso
     }
 
+    /// UDP only. (Raw IPv4 sockets deliver the IP header first, of varying length; raw
+    /// IPv6 could, but is not done.)
     fn receives_in_place(&self) -> bool {
         !self.raw()
     }
