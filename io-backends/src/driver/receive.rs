@@ -21,6 +21,17 @@ const PLACE_MIN: usize = 16 * 1024;
 /// many short messages, each its own).
 const RUN_SEGMENT_MIN: usize = 1024;
 
+/// What `receive_in_place` found in the socket queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InPlace {
+    /// A datagram, now taken (received in place, or dropped as another than the one seen).
+    Taken,
+    /// A datagram to take by copy (`receive_one`).
+    Left,
+    /// None (or the look failed).
+    Nothing,
+}
+
 /// Receive buffers and how datagrams are taken.
 #[derive(Debug)]
 pub(super) struct Intake {
@@ -101,8 +112,15 @@ impl Inner {
     fn receive_bulk(&mut self, now: Nanos) -> usize {
         let mut got = 0;
         while got < BATCH && self.intake.placing {
-            // (A datagram taken by copy may end the bulk mode.)
-            if !self.receive_in_place(now) && self.receive_one(now) == 0 {
+            // (A datagram taken by copy may end the bulk mode.) A queue found empty ends
+            // the turn without another look, but for the first: a look that failed is
+            // left to a plain receive, which reports why.
+            let taken = match self.receive_in_place(now) {
+                InPlace::Taken => true,
+                InPlace::Nothing if got > 0 => false,
+                InPlace::Left | InPlace::Nothing => self.receive_one(now) > 0,
+            };
+            if !taken {
                 break;
             }
             got += 1;
@@ -128,16 +146,16 @@ impl Inner {
 
     /// Receives the next datagram straight into its message, if it is a large DATA packet,
     /// or a run of DATA packets of one message, that extends its message in order (see
-    /// `Endpoint::place_run`); returns whether it took it. If not, it is left for `recv`.
-    fn receive_in_place(&mut self, now: Nanos) -> bool {
+    /// `Endpoint::place_run`). If not, it is left for `recv`.
+    fn receive_in_place(&mut self, now: Nanos) -> InPlace {
         const H: usize = data::HEADER_LEN;
         let mut head = [0; H];
         let Some(p) = self.transport.as_mut().and_then(|t| t.peek(&mut head)) else {
-            return false;
+            return InPlace::Nothing;
         };
         // Small or empty (a peer may send an empty datagram: it holds no packet at all).
         if p.len < PLACE_MIN {
-            return false;
+            return InPlace::Left;
         }
         let segment = if p.segment == 0 { p.len } else { p.segment };
         let packets = p.len.div_ceil(segment);
@@ -145,7 +163,7 @@ impl Inner {
         let placeable =
             (packets == 1 || segment >= RUN_SEGMENT_MIN) && last > H && packets <= MAX_RUN;
         if !placeable || !self.allowed(p.from) {
-            return false;
+            return InPlace::Left;
         }
         let step = segment - H;
         let payload_len = p.len - packets * H;
@@ -153,7 +171,7 @@ impl Inner {
         let mut heads = mem::take(&mut self.intake.heads);
         heads.resize(packets * H, 0);
         let mut unplaced = mem::take(&mut self.intake.unplaced);
-        let Some(transport) = self.transport.as_mut() else { return false };
+        let Some(transport) = self.transport.as_mut() else { return InPlace::Nothing };
         let (mut failed, mut in_place) = (None, 0);
         let placed = self.endpoint.place_run(
             Instant::from_nanos(now),
@@ -203,9 +221,9 @@ impl Inner {
         self.intake.unplaced = unplaced;
         if let Some(e) = failed {
             self.receive_failed(&e);
-            return false;
+            return InPlace::Left;
         }
-        placed
+        if placed { InPlace::Taken } else { InPlace::Left }
     }
 
     /// Hands the datagrams in `rx` to the endpoint (those the allow-list admits). The caller
