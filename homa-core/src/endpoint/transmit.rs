@@ -3,7 +3,7 @@
 use crate::metrics::type_index;
 use crate::msg::PayloadSlice;
 use crate::msg::outgoing::OutMessage;
-use crate::rpc::{RpcRef, State};
+use crate::rpc::{Rpc, RpcRef, State};
 use crate::sched::tx::{Control, ControlBody, TxKey};
 use crate::time::MaybeTick;
 use crate::time::{Instant, Nanos};
@@ -18,6 +18,12 @@ struct Next {
     key: TxKey,
     /// It is unscheduled data (sent at the unscheduled level; else at the granted one).
     unscheduled: bool,
+}
+
+/// `x`'s outgoing message, if it is queued to send new DATA and may send some now.
+fn sending_new(x: &Rpc) -> Option<&OutMessage> {
+    let may = |m: &&OutMessage| x.tx_queued && x.state == State::Outgoing && m.can_send_new();
+    x.msgout.as_ref().filter(may)
 }
 
 impl Endpoint {
@@ -239,10 +245,7 @@ impl Endpoint {
     /// The next packet of the message that was queued under `key`, if it can go now: its
     /// key then (with which `peek_sendable` returns it, if it heads the queue).
     fn next_of(&self, key: TxKey) -> Option<Next> {
-        let x = self.rpcs.get(key.rpc)?;
-        let sendable =
-            |m: &&OutMessage| x.tx_queued && x.state == State::Outgoing && m.can_send_new();
-        let m = x.msgout.as_ref().filter(sendable)?;
+        let m = self.rpcs.get(key.rpc).and_then(sending_new)?;
         let key = TxKey { bytes_left: m.bytes_left(), ..key };
         Some(Next { key, unscheduled: m.next_offset < m.unscheduled })
     }
@@ -325,13 +328,8 @@ impl Endpoint {
         self.tx
             .queued()
             .filter(|k| {
-                self.rpcs.get(k.rpc).is_some_and(|x| {
-                    x.tx_queued
-                        && x.state == State::Outgoing
-                        && x.msgout
-                            .as_ref()
-                            .is_some_and(|m| m.bytes_left() == k.bytes_left && m.can_send_new())
-                })
+                let m = self.rpcs.get(k.rpc).and_then(sending_new);
+                m.is_some_and(|m| m.bytes_left() == k.bytes_left)
             })
             .min_by_key(|k| (k.birth, k.rpc))
     }
